@@ -1,0 +1,1 @@
+"""Berth's imperative shell: webhook, controller, policy, backends, agent and the ``berth`` CLI."""

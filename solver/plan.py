@@ -1,0 +1,58 @@
+"""The solver's answer: which gangs are admitted now, where each pod goes, and why the rest wait."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from solver.types import GpuShare
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlacement:
+    pod: str
+    node: str
+    gpus: tuple[GpuShare, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GangPlacement:
+    gang: str
+    pods: tuple[PodPlacement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A gang left waiting, with a reason a user can read."""
+
+    gang: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SolveStats:
+    """How the plan was found. ``status`` is CP-SAT's (OPTIMAL, FEASIBLE, ...) or ``GREEDY``."""
+
+    solver: str
+    status: str
+    wall_seconds: float
+    objective: float | None = None
+    bound: float | None = None
+    fallback: bool = False  # True when CP-SAT found nothing in time and the greedy plan stands
+    detail: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    admitted: tuple[GangPlacement, ...]
+    deferred: tuple[Deferred, ...]
+    stats: SolveStats
+
+    def placement(self, gang: str) -> GangPlacement | None:
+        for g in self.admitted:
+            if g.gang == gang:
+                return g
+        return None
+
+    @property
+    def admitted_names(self) -> frozenset[str]:
+        return frozenset(g.gang for g in self.admitted)

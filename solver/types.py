@@ -1,0 +1,436 @@
+"""Problem types of the batch placement problem.
+
+Everything the solver knows arrives in one immutable :class:`Snapshot`: the nodes with their
+GPUs and topology, what already runs there, the tenants, the pending gangs and the policy knobs.
+Every type validates itself on construction and raises :class:`ProblemError` naming the field,
+so a bad snapshot fails where it is built, never deep inside a model.
+
+Units: CPU in milli-cores, memory in MiB, GPU shares in milli-GPU (1000 = one whole GPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+MILLI = 1000
+
+
+class ProblemError(ValueError):
+    """A snapshot field holds a value the solver cannot accept; ``path`` names the field."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def _require(ok: bool, path: str, message: str) -> None:
+    if not ok:
+        raise ProblemError(path, message)
+
+
+def _non_negative(value: float, path: str) -> None:
+    _require(value >= 0, path, f"must be >= 0, got {value}")
+
+
+# --------------------------------------------------------------------------------------------
+# Cluster
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+
+    def __post_init__(self) -> None:
+        _require(bool(self.key), "taint.key", "must not be empty")
+        _require(
+            self.effect in ("NoSchedule", "PreferNoSchedule", "NoExecute"),
+            "taint.effect",
+            f"must be NoSchedule, PreferNoSchedule or NoExecute, got {self.effect!r}",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MigSlice:
+    """One MIG instance carved out of a GPU; ``milli`` is its share of the GPU's compute."""
+
+    profile: str  # e.g. "1g.10gb"
+    milli: int
+    memory_mib: int
+    used: bool = False
+
+    def __post_init__(self) -> None:
+        _require(0 < self.milli <= MILLI, "mig.milli", f"must be in (0, 1000], got {self.milli}")
+        _non_negative(self.memory_mib, "mig.memory_mib")
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """One physical GPU. ``nvlink_domain`` groups GPUs that talk over NVLink (None: PCIe only)."""
+
+    index: int
+    model: str
+    memory_mib: int = 0
+    nvlink_domain: str | None = None
+    mig: tuple[MigSlice, ...] = ()
+
+    def __post_init__(self) -> None:
+        _non_negative(self.index, "gpu.index")
+        _require(bool(self.model), "gpu.model", "must name the GPU model")
+        _non_negative(self.memory_mib, "gpu.memory_mib")
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node as the scheduler sees it: allocatable capacity, labels, taints and health.
+
+    ``topology`` maps a topology level (``"rack"``, ``"block"``, ...) to the domain the node is
+    in; the level ``"node"`` is implicit and the GPU level ``"nvlink"`` comes from each GPU.
+    """
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: tuple[GPU, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    topology: Mapping[str, str] = field(default_factory=dict)
+    schedulable: bool = True  # False when cordoned
+    ready: bool = True
+
+    def __post_init__(self) -> None:
+        _require(bool(self.name), "node.name", "must not be empty")
+        _non_negative(self.cpu_milli, f"nodes[{self.name}].cpu_milli")
+        _non_negative(self.memory_mib, f"nodes[{self.name}].memory_mib")
+        seen: set[int] = set()
+        for g in self.gpus:
+            _require(
+                g.index not in seen,
+                f"nodes[{self.name}].gpus[{g.index}].index",
+                "GPU indexes must be unique on a node",
+            )
+            seen.add(g.index)
+
+    @property
+    def usable(self) -> bool:
+        return self.schedulable and self.ready
+
+
+# --------------------------------------------------------------------------------------------
+# What runs and what waits
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GpuShare:
+    """``milli`` thousandths of GPU ``index`` on the pod's node."""
+
+    index: int
+    milli: int
+
+    def __post_init__(self) -> None:
+        _require(0 < self.milli <= MILLI, "gpu_share.milli", f"must be in (0, 1000], got {self.milli}")
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A pod that already holds resources (placed by Berth or by anything else)."""
+
+    name: str
+    node: str
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpus: tuple[GpuShare, ...] = ()
+    tenant: str | None = None
+    qos_class: str | None = None
+
+    def __post_init__(self) -> None:
+        _non_negative(self.cpu_milli, f"running[{self.name}].cpu_milli")
+        _non_negative(self.memory_mib, f"running[{self.name}].memory_mib")
+
+
+class TopologyMode(str, Enum):
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRequirement:
+    """Keep a gang inside one domain of ``level`` (``nvlink``, ``node``, ``rack``, ...)."""
+
+    level: str
+    mode: TopologyMode = TopologyMode.PREFERRED
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""  # empty with operator Exists tolerates everything
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty matches every effect
+
+    def __post_init__(self) -> None:
+        _require(
+            self.operator in ("Equal", "Exists"),
+            "toleration.operator",
+            f"must be Equal or Exists, got {self.operator!r}",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _require(
+            self.operator in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"),
+            "match_expressions.operator",
+            f"must be one of In, NotIn, Exists, DoesNotExist, Gt, Lt, got {self.operator!r}",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """One pod of a gang.
+
+    GPU demand is one of: ``gpu_count`` whole GPUs (``gpu_milli == 1000``), or a share of one
+    GPU (``gpu_count == 1`` and ``gpu_milli < 1000``), optionally with ``gpu_memory_mib``.
+    Where it may go: ``models`` (empty: any), ``node_selector``, ``affinity`` (required node
+    affinity: a list of terms ORed, each a list of requirements ANDed), ``tolerations``.
+    """
+
+    name: str
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu_count: int = 0
+    gpu_milli: int = 0
+    gpu_memory_mib: int = 0
+    models: frozenset[str] = frozenset()
+    qos_class: str | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: tuple[tuple[NodeSelectorRequirement, ...], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+    def __post_init__(self) -> None:
+        p = f"pods[{self.name}]"
+        _require(bool(self.name), "pod.name", "must not be empty")
+        _non_negative(self.cpu_milli, f"{p}.cpu_milli")
+        _non_negative(self.memory_mib, f"{p}.memory_mib")
+        _non_negative(self.gpu_count, f"{p}.gpu_count")
+        _non_negative(self.gpu_memory_mib, f"{p}.gpu_memory_mib")
+        if self.gpu_count == 0:
+            _require(self.gpu_milli == 0, f"{p}.gpu_milli", "must be 0 when gpu_count is 0")
+        else:
+            _require(
+                0 < self.gpu_milli <= MILLI,
+                f"{p}.gpu_milli",
+                f"must be in (0, 1000] when the pod asks for GPUs, got {self.gpu_milli}",
+            )
+            _require(
+                self.gpu_count == 1 or self.gpu_milli == MILLI,
+                f"{p}.gpu_milli",
+                "a pod with several GPUs takes them whole: set gpu_milli to 1000",
+            )
+
+    @property
+    def gpu_demand_milli(self) -> int:
+        """Total GPU demand in milli-GPU."""
+        return self.gpu_count * self.gpu_milli
+
+    @property
+    def shares_gpu(self) -> bool:
+        return self.gpu_count == 1 and self.gpu_milli < MILLI
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """Pods admitted together or not at all."""
+
+    name: str
+    tenant: str
+    pods: tuple[PodRequest, ...]
+    priority: int = 0
+    wait_seconds: float = 0.0
+    topology: TopologyRequirement | None = None
+
+    def __post_init__(self) -> None:
+        p = f"gangs[{self.name}]"
+        _require(bool(self.name), "gang.name", "must not be empty")
+        _require(bool(self.tenant), f"{p}.tenant", "must name a tenant")
+        _require(len(self.pods) > 0, f"{p}.pods", "a gang needs at least one pod")
+        _non_negative(self.wait_seconds, f"{p}.wait_seconds")
+        names = [pod.name for pod in self.pods]
+        _require(len(set(names)) == len(names), f"{p}.pods", "pod names must be unique")
+
+    @property
+    def gpu_demand_milli(self) -> int:
+        return sum(p.gpu_demand_milli for p in self.pods)
+
+
+# --------------------------------------------------------------------------------------------
+# Tenants and policy
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A tenant's GPU quota (milli-GPU; None: unlimited), fair-share weight and borrowing.
+
+    ``borrow_limit_milli`` caps how much idle quota of other tenants it may use beyond its own
+    (None: no cap when ``can_borrow``).
+    """
+
+    name: str
+    quota_milli: int | None = None
+    weight: float = 1.0
+    can_borrow: bool = True
+    borrow_limit_milli: int | None = None
+
+    def __post_init__(self) -> None:
+        p = f"tenants[{self.name}]"
+        if self.quota_milli is not None:
+            _non_negative(self.quota_milli, f"{p}.quota_milli")
+        _require(self.weight > 0, f"{p}.weight", f"must be > 0, got {self.weight}")
+        if self.borrow_limit_milli is not None:
+            _non_negative(self.borrow_limit_milli, f"{p}.borrow_limit_milli")
+
+
+@dataclass(frozen=True, slots=True)
+class QoSProfile:
+    """Solo profile of a QoS class on one GPU, the interference model's input.
+
+    ``sm`` and ``membw``: fraction of the GPU's SMs and memory bandwidth used alone (0..1).
+    Latency-sensitive classes carry their solo latency and SLO (milliseconds).
+    ``exclusive``: never share a GPU with another pod.
+    ``no_share_with``: classes it may not share a GPU with.
+    """
+
+    name: str
+    sm: float = 0.5
+    membw: float = 0.5
+    memory_mib: int = 0
+    latency_sensitive: bool = False
+    solo_latency_ms: float | None = None
+    slo_ms: float | None = None
+    exclusive: bool = False
+    no_share_with: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        p = f"qos_classes[{self.name}]"
+        _require(0 <= self.sm <= 1, f"{p}.sm", f"must be in [0, 1], got {self.sm}")
+        _require(0 <= self.membw <= 1, f"{p}.membw", f"must be in [0, 1], got {self.membw}")
+        if self.latency_sensitive:
+            _require(
+                self.solo_latency_ms is not None and self.solo_latency_ms > 0,
+                f"{p}.solo_latency_ms",
+                "a latency-sensitive class needs its solo latency (> 0)",
+            )
+            _require(
+                self.slo_ms is not None
+                and self.solo_latency_ms is not None
+                and self.slo_ms >= self.solo_latency_ms,
+                f"{p}.slo_ms",
+                "a latency-sensitive class needs an SLO >= its solo latency",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """Objective weights; the policy's ``solver.weights`` section."""
+
+    demand: float = 1.0  # admitted priority-weighted GPU demand
+    aging_per_hour: float = 0.5  # priority gained per hour waited
+    fragmentation: float = 0.2
+    topology: float = 0.1
+    fairness: float = 0.3
+    energy: float = 0.05
+    interference: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("demand", "aging_per_hour", "fragmentation", "topology", "fairness",
+                     "energy", "interference"):
+            _non_negative(getattr(self, name), f"solver.weights.{name}")
+
+
+@dataclass(frozen=True, slots=True)
+class SolverPolicy:
+    """The knobs of the policy YAML that the solver reads."""
+
+    weights: Weights = field(default_factory=Weights)
+    topology_levels: tuple[str, ...] = ("nvlink", "node", "rack", "block")
+    qos_classes: tuple[QoSProfile, ...] = ()
+    idle_watts: Mapping[str, float] = field(default_factory=dict)  # per GPU model
+    active_watts: Mapping[str, float] = field(default_factory=dict)  # per GPU model
+
+    def qos(self, name: str | None) -> QoSProfile | None:
+        if name is None:
+            return None
+        for q in self.qos_classes:
+            if q.name == name:
+                return q
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# The snapshot
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one batch decision sees. Built once per window, never mutated."""
+
+    nodes: tuple[Node, ...]
+    gangs: tuple[Gang, ...] = ()
+    running: tuple[Running, ...] = ()
+    tenants: tuple[Tenant, ...] = ()
+    policy: SolverPolicy = field(default_factory=SolverPolicy)
+
+    def __post_init__(self) -> None:
+        node_names = [n.name for n in self.nodes]
+        _require(len(set(node_names)) == len(node_names), "nodes", "node names must be unique")
+        gang_names = [g.name for g in self.gangs]
+        _require(len(set(gang_names)) == len(gang_names), "gangs", "gang names must be unique")
+        by_name = {n.name: n for n in self.nodes}
+        for r in self.running:
+            node = by_name.get(r.node)
+            _require(node is not None, f"running[{r.name}].node", f"unknown node {r.node!r}")
+            assert node is not None
+            indexes = {g.index for g in node.gpus}
+            for s in r.gpus:
+                _require(
+                    s.index in indexes,
+                    f"running[{r.name}].gpus",
+                    f"node {r.node} has no GPU {s.index}",
+                )
+        tenant_names = {t.name for t in self.tenants}
+        if self.tenants:
+            for g in self.gangs:
+                _require(
+                    g.tenant in tenant_names,
+                    f"gangs[{g.name}].tenant",
+                    f"unknown tenant {g.tenant!r}; declare it under tenants",
+                )
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def tenant(self, name: str) -> Tenant:
+        for t in self.tenants:
+            if t.name == name:
+                return t
+        return Tenant(name=name)
+
+    @property
+    def gpu_capacity_milli(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes) * MILLI
