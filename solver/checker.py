@@ -1,0 +1,404 @@
+"""The one feasibility checker: every plan from every policy is judged here.
+
+CP-SAT, the greedy baselines, the simulator and the live controller all call :func:`check`
+before trusting a plan, so a bug in any model shows up as a violation instead of an
+overcommitted GPU. The checker re-derives everything from the snapshot and never trusts the
+plan's own bookkeeping.
+
+Rules (each a :class:`Kind`):
+
+- ``unknown``: the plan names a gang, pod or node the snapshot does not hold.
+- ``gang``: a gang admitted twice, admitted and deferred at once, or admitted with some of its
+  pods missing (whole gangs or nothing).
+- ``pod``: a pod placed more than once within its gang.
+- ``gpus``: a pod's GPU shares do not match its request: a CPU-only pod holding GPUs, a
+  sharing pod not holding exactly one share of ``gpu_milli`` on one GPU, a multi-GPU pod not
+  holding ``gpu_count`` whole, distinct GPUs of its node, or a GPU index the node lacks.
+- ``node``: the pod may not use the node at all (:func:`solver.eligibility.why_not`: cordoned,
+  not ready, selector, affinity, taints, no GPU / no GPU of an allowed model).
+- ``model``: a GPU the pod holds is not of an allowed model.
+- ``capacity``: after the running pods and the plan, a node's CPU or memory, a GPU's milli
+  units, or a GPU's memory is over-committed. Only resources the plan touches are judged, so
+  an already overcommitted node the plan leaves alone is not the plan's fault.
+- ``topology``: a gang with a *required* topology spans more than one domain of its level
+  (see :func:`topology_domain`).
+- ``quota``: the tenant rule of :func:`quota_violations`.
+- ``interference``: two pods share a GPU although a QoS class forbids it
+  (:attr:`QoSProfile.exclusive`, :attr:`QoSProfile.no_share_with`, in either direction).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import StrEnum
+
+from solver.eligibility import why_not
+from solver.plan import GangPlacement, Plan
+from solver.state import free_capacity
+from solver.types import GPU, MILLI, Gang, GpuShare, Node, PodRequest, Snapshot, TopologyMode
+
+
+class Kind(StrEnum):
+    UNKNOWN = "unknown"
+    GANG = "gang"
+    POD = "pod"
+    GPUS = "gpus"
+    NODE = "node"
+    MODEL = "model"
+    CAPACITY = "capacity"
+    TOPOLOGY = "topology"
+    QUOTA = "quota"
+    INTERFERENCE = "interference"
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    kind: Kind
+    message: str
+    gang: str | None = None
+
+    def __str__(self) -> str:
+        return f"[{self.kind.value}] {self.message}"
+
+
+class InfeasiblePlan(AssertionError):
+    """A plan broke at least one hard rule; ``violations`` lists every one of them."""
+
+    def __init__(self, violations: list[Violation]) -> None:
+        lines = "\n  ".join(str(v) for v in violations)
+        super().__init__(f"plan breaks {len(violations)} rule(s):\n  {lines}")
+        self.violations = violations
+
+
+# --------------------------------------------------------------------------------------------
+# Shared rule definitions (the CP-SAT model and the baselines use the same ones)
+# --------------------------------------------------------------------------------------------
+
+
+def gpu_memory_demand(pod: PodRequest, gpu: GPU, milli: int) -> int:
+    """GPU memory (MiB) a pod takes on ``gpu`` for a share of ``milli``.
+
+    An explicit ``gpu_memory_mib`` is per GPU; otherwise memory is taken in proportion to the
+    compute share, which is how running pods are accounted in :mod:`solver.state`.
+    """
+    if pod.gpu_memory_mib > 0:
+        return pod.gpu_memory_mib
+    return gpu.memory_mib * milli // MILLI
+
+
+def topology_domain(node: Node, gpu: GPU | None, level: str) -> str | None:
+    """The domain of ``level`` that a pod on ``node`` (holding ``gpu``) is in; None: in none.
+
+    ``nvlink``: the GPU's ``nvlink_domain``; a GPU without one is a domain of its own
+    (``node/gpu-index``), so a PCIe-only multi-GPU pod spans several domains. A pod without a
+    GPU is in no NVLink domain and does not count at that level. ``node``: the node's name.
+    Any other level: ``node.topology[level]``; a node without that label is in no domain and
+    cannot host a gang that requires the level.
+    """
+    if level == "nvlink":
+        if gpu is None:
+            return None
+        return gpu.nvlink_domain or f"{node.name}/gpu-{gpu.index}"
+    if level == "node":
+        return node.name
+    return node.topology.get(level)
+
+
+def quota_usage_milli(snapshot: Snapshot, plan: Plan | None = None) -> dict[str, int]:
+    """GPU milli in use per tenant: running pods with a tenant plus, given a plan, its gangs."""
+    used: dict[str, int] = defaultdict(int)
+    for r in snapshot.running:
+        if r.tenant is not None:
+            used[r.tenant] += sum(s.milli for s in r.gpus)
+    if plan is not None:
+        gangs = {g.name: g for g in snapshot.gangs}
+        for gp in plan.admitted:
+            gang = gangs.get(gp.gang)
+            if gang is not None:
+                used[gang.tenant] += gang.gpu_demand_milli
+    return dict(used)
+
+
+def quota_violations(snapshot: Snapshot, plan: Plan) -> list[Violation]:
+    """The tenant quota rule, in GPU milli units.
+
+    Let ``used[t]`` be tenant t's GPU milli after the plan (running pods that name t plus the
+    gangs the plan admits for t) and ``quota[t]`` its ``quota_milli`` (None: unlimited, never
+    over). ``over[t] = max(0, used[t] - quota[t])`` is what t borrows and
+    ``idle[t] = max(0, quota[t] - used[t])`` what it lends. A plan that admits anything for
+    tenant t must leave:
+
+    1. ``over[t] == 0`` unless ``t.can_borrow``;
+    2. ``over[t] <= t.borrow_limit_milli`` when that limit is set;
+    3. if ``over[t] > 0``: ``sum(over) <= sum(idle)`` over all declared tenants, i.e. all
+       borrowing together fits in the quota others leave idle after the plan.
+
+    Tenants the plan admits nothing for are not judged, so quotas lowered below what already
+    runs do not make every plan infeasible. Undeclared tenants have no quota.
+    """
+    if not snapshot.tenants:
+        return []
+    used = quota_usage_milli(snapshot, plan)
+    gangs = {g.name: g for g in snapshot.gangs}
+    admitting = {gangs[gp.gang].tenant for gp in plan.admitted if gp.gang in gangs}
+    over: dict[str, int] = {}
+    idle: dict[str, int] = {}
+    for t in snapshot.tenants:
+        if t.quota_milli is None:
+            continue
+        u = used.get(t.name, 0)
+        over[t.name] = max(0, u - t.quota_milli)
+        idle[t.name] = max(0, t.quota_milli - u)
+    out: list[Violation] = []
+    pool_checked = False
+    for t in snapshot.tenants:
+        if t.name not in admitting or over.get(t.name, 0) == 0:
+            continue
+        o = over[t.name]
+        head = (f"tenant {t.name} uses {used.get(t.name, 0)} milli-GPU, over its quota of "
+                f"{t.quota_milli}")
+        if not t.can_borrow:
+            out.append(Violation(Kind.QUOTA, f"{head} and may not borrow"))
+        elif t.borrow_limit_milli is not None and o > t.borrow_limit_milli:
+            out.append(
+                Violation(Kind.QUOTA, f"{head}: borrows {o}, above its borrow limit of "
+                          f"{t.borrow_limit_milli}")
+            )
+        if not pool_checked:
+            pool_checked = True
+            borrowed, lendable = sum(over.values()), sum(idle.values())
+            if borrowed > lendable:
+                out.append(
+                    Violation(Kind.QUOTA, f"tenants borrow {borrowed} milli-GPU in all but only "
+                              f"{lendable} of others' quota is idle")
+                )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The checker
+# --------------------------------------------------------------------------------------------
+
+
+def check(snapshot: Snapshot, plan: Plan) -> list[Violation]:
+    """Every hard rule ``plan`` breaks on ``snapshot``; an empty list means feasible."""
+    out: list[Violation] = []
+    nodes = {n.name: n for n in snapshot.nodes}
+    gangs = {g.name: g for g in snapshot.gangs}
+    out += _gang_violations(plan, gangs)
+    admitted = [gp for gp in plan.admitted if gp.gang in gangs]
+    seen: set[str] = set()
+    unique: list[GangPlacement] = []
+    for gp in admitted:
+        if gp.gang not in seen:
+            seen.add(gp.gang)
+            unique.append(gp)
+    for gp in unique:
+        out += _placement_violations(gangs[gp.gang], gp, nodes)
+    out += _capacity_violations(snapshot, unique, gangs, nodes)
+    out += _interference_violations(snapshot, unique, gangs, nodes)
+    out += quota_violations(snapshot, plan)
+    return out
+
+
+def assert_feasible(snapshot: Snapshot, plan: Plan) -> None:
+    """Raise :class:`InfeasiblePlan` listing every violation, if there is any."""
+    violations = check(snapshot, plan)
+    if violations:
+        raise InfeasiblePlan(violations)
+
+
+def _gang_violations(plan: Plan, gangs: dict[str, Gang]) -> list[Violation]:
+    out: list[Violation] = []
+    counts: dict[str, int] = defaultdict(int)
+    for gp in plan.admitted:
+        counts[gp.gang] += 1
+        if gp.gang not in gangs:
+            out.append(Violation(Kind.UNKNOWN, f"admitted gang {gp.gang} is not pending",
+                                 gp.gang))
+    for name, c in counts.items():
+        if c > 1:
+            out.append(Violation(Kind.GANG, f"gang {name} is admitted {c} times", name))
+    for d in plan.deferred:
+        if d.gang in counts:
+            out.append(Violation(Kind.GANG, f"gang {d.gang} is both admitted and deferred",
+                                 d.gang))
+    return out
+
+
+def _placement_violations(
+    gang: Gang, gp: GangPlacement, nodes: dict[str, Node]
+) -> list[Violation]:
+    out: list[Violation] = []
+    pods = {p.name: p for p in gang.pods}
+    placed: dict[str, int] = defaultdict(int)
+    domains: set[str | None] = set()
+    required = gang.topology is not None and gang.topology.mode == TopologyMode.REQUIRED
+    level = gang.topology.level if gang.topology is not None and required else None
+    for pp in gp.pods:
+        where = f"gang {gang.name} pod {pp.pod}"
+        pod = pods.get(pp.pod)
+        if pod is None:
+            out.append(Violation(Kind.UNKNOWN, f"{where}: no such pod in the gang", gang.name))
+            continue
+        placed[pp.pod] += 1
+        node = nodes.get(pp.node)
+        if node is None:
+            out.append(Violation(Kind.UNKNOWN, f"{where}: unknown node {pp.node}", gang.name))
+            continue
+        reason = why_not(pod, node)
+        if reason is not None:
+            out.append(Violation(Kind.NODE, f"{where} may not run on {node.name}: {reason}",
+                                 gang.name))
+        gpus_by_index = {g.index: g for g in node.gpus}
+        out += _share_violations(gang.name, where, pod, pp.gpus, node, gpus_by_index)
+        if level is not None:
+            held = [gpus_by_index[s.index] for s in pp.gpus if s.index in gpus_by_index]
+            if level == "nvlink":
+                domains.update(topology_domain(node, g, level) for g in held)
+            else:
+                domains.add(topology_domain(node, None, level))
+    for name, c in placed.items():
+        if c > 1:
+            out.append(Violation(Kind.POD, f"gang {gang.name} pod {name} is placed {c} times",
+                                 gang.name))
+    missing = sorted(set(pods) - set(placed))
+    if missing:
+        out.append(Violation(Kind.GANG, f"gang {gang.name} is admitted without pods "
+                             f"{', '.join(missing)} (whole gangs or nothing)", gang.name))
+    if level is not None and (len(domains) > 1 or None in domains):
+        shown = ", ".join(sorted(str(d) for d in domains))
+        out.append(Violation(Kind.TOPOLOGY, f"gang {gang.name} requires one {level} domain "
+                             f"but spans {shown}", gang.name))
+    return out
+
+
+def _share_violations(
+    gang: str,
+    where: str,
+    pod: PodRequest,
+    held: tuple[GpuShare, ...],
+    node: Node,
+    gpus_by_index: dict[int, GPU],
+) -> list[Violation]:
+    out: list[Violation] = []
+    if pod.gpu_count == 0:
+        if held:
+            out.append(Violation(Kind.GPUS, f"{where} asks for no GPU but holds {len(held)}",
+                                 gang))
+        return out
+    indexes = [s.index for s in held]
+    if len(held) != pod.gpu_count or len(set(indexes)) != len(indexes):
+        out.append(Violation(Kind.GPUS, f"{where} needs {pod.gpu_count} distinct GPU(s) on one "
+                             f"node but holds GPUs {indexes}", gang))
+    for s in held:
+        if s.milli != pod.gpu_milli:
+            out.append(Violation(Kind.GPUS, f"{where} holds {s.milli} milli of GPU {s.index}, "
+                                 f"asked for {pod.gpu_milli}", gang))
+        gpu = gpus_by_index.get(s.index)
+        if gpu is None:
+            out.append(Violation(Kind.GPUS, f"{where}: node {node.name} has no GPU {s.index}",
+                                 gang))
+        elif pod.models and gpu.model not in pod.models:
+            out.append(Violation(Kind.MODEL, f"{where} holds GPU {s.index} of model "
+                                 f"{gpu.model}, allowed: {', '.join(sorted(pod.models))}", gang))
+    return out
+
+
+def _capacity_violations(
+    snapshot: Snapshot,
+    admitted: list[GangPlacement],
+    gangs: dict[str, Gang],
+    nodes: dict[str, Node],
+) -> list[Violation]:
+    free = free_capacity(snapshot)
+    touched_nodes: set[str] = set()
+    touched_gpus: set[tuple[str, int]] = set()
+    mem_asked: set[tuple[str, int]] = set()
+    for gp in admitted:
+        pods = {p.name: p for p in gangs[gp.gang].pods}
+        for pp in gp.pods:
+            pod, node = pods.get(pp.pod), nodes.get(pp.node)
+            if pod is None or node is None:
+                continue
+            f = free[node.name]
+            f.cpu_milli -= pod.cpu_milli
+            f.memory_mib -= pod.memory_mib
+            touched_nodes.add(node.name)
+            gpus = {g.index: g for g in node.gpus}
+            for s in pp.gpus:
+                gpu = gpus.get(s.index)
+                if gpu is None:
+                    continue
+                f.gpu_milli[s.index] -= s.milli
+                f.gpu_memory_mib[s.index] -= gpu_memory_demand(pod, gpu, s.milli)
+                touched_gpus.add((node.name, s.index))
+                if pod.gpu_memory_mib > 0:
+                    mem_asked.add((node.name, s.index))
+    out: list[Violation] = []
+    for name in sorted(touched_nodes):
+        f = free[name]
+        if f.cpu_milli < 0:
+            out.append(Violation(Kind.CAPACITY, f"node {name}: CPU over-committed by "
+                                 f"{-f.cpu_milli} milli-cores"))
+        if f.memory_mib < 0:
+            out.append(Violation(Kind.CAPACITY, f"node {name}: memory over-committed by "
+                                 f"{-f.memory_mib} MiB"))
+    for name, index in sorted(touched_gpus):
+        f = free[name]
+        if f.gpu_milli[index] < 0:
+            out.append(Violation(Kind.CAPACITY, f"node {name} GPU {index}: over-committed by "
+                                 f"{-f.gpu_milli[index]} milli-GPU"))
+        gpu_mem = next(g.memory_mib for g in nodes[name].gpus if g.index == index)
+        if gpu_mem == 0 and (name, index) in mem_asked:
+            out.append(Violation(Kind.CAPACITY, f"node {name} GPU {index}: a pod asks for GPU "
+                                 "memory but the GPU's memory is not known"))
+        elif gpu_mem > 0 and f.gpu_memory_mib[index] < 0:
+            out.append(Violation(Kind.CAPACITY, f"node {name} GPU {index}: GPU memory "
+                                 f"over-committed by {-f.gpu_memory_mib[index]} MiB"))
+    return out
+
+
+def _interference_violations(
+    snapshot: Snapshot,
+    admitted: list[GangPlacement],
+    gangs: dict[str, Gang],
+    nodes: dict[str, Node],
+) -> list[Violation]:
+    policy = snapshot.policy
+    # on_gpu[(node, index)]: (pod label, QoS class, placed by this plan) of every holder
+    on_gpu: dict[tuple[str, int], list[tuple[str, str | None, bool]]] = defaultdict(list)
+    for r in snapshot.running:
+        for s in r.gpus:
+            on_gpu[(r.node, s.index)].append((f"running pod {r.name}", r.qos_class, False))
+    for gp in admitted:
+        pods = {p.name: p for p in gangs[gp.gang].pods}
+        for pp in gp.pods:
+            pod = pods.get(pp.pod)
+            if pod is None or pp.node not in nodes:
+                continue
+            for s in pp.gpus:
+                on_gpu[(pp.node, s.index)].append(
+                    (f"gang {gp.gang} pod {pp.pod}", pod.qos_class, True)
+                )
+    out: list[Violation] = []
+    for (node, index), holders in sorted(on_gpu.items()):
+        for i, (a, ca, new_a) in enumerate(holders):
+            for b, cb, new_b in holders[i + 1 :]:
+                if not (new_a or new_b):
+                    continue
+                qa, qb = policy.qos(ca), policy.qos(cb)
+                why = None
+                if qa is not None and qa.exclusive:
+                    why = f"class {ca} is exclusive"
+                elif qb is not None and qb.exclusive:
+                    why = f"class {cb} is exclusive"
+                elif qa is not None and cb is not None and cb in qa.no_share_with:
+                    why = f"class {ca} may not share with {cb}"
+                elif qb is not None and ca is not None and ca in qb.no_share_with:
+                    why = f"class {cb} may not share with {ca}"
+                if why:
+                    out.append(Violation(Kind.INTERFERENCE, f"node {node} GPU {index}: {a} and "
+                                         f"{b} share it but {why}"))
+    return out
