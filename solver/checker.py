@@ -23,20 +23,33 @@ Rules (each a :class:`Kind`):
 - ``topology``: a gang with a *required* topology spans more than one domain of its level
   (see :func:`topology_domain`).
 - ``quota``: the tenant rule of :func:`quota_violations`.
-- ``interference``: two pods share a GPU although a QoS class forbids it
-  (:attr:`QoSProfile.exclusive`, :attr:`QoSProfile.no_share_with`, in either direction).
+- ``interference``: pods share a GPU although a QoS class forbids it
+  (:attr:`QoSProfile.exclusive`, :attr:`QoSProfile.no_share_with`, in either direction), or a
+  latency-sensitive pod's predicted latency there exceeds its SLO (:func:`sharing_problem`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from solver.eligibility import why_not
+from solver.interference import may_share, profile_for, resolve_profiles, within_slo
 from solver.plan import GangPlacement, Plan
 from solver.state import free_capacity
-from solver.types import GPU, MILLI, Gang, GpuShare, Node, PodRequest, Snapshot, TopologyMode
+from solver.types import (
+    GPU,
+    MILLI,
+    Gang,
+    GpuShare,
+    Node,
+    PodRequest,
+    Snapshot,
+    SolverPolicy,
+    TopologyMode,
+)
 
 
 class Kind(StrEnum):
@@ -360,18 +373,43 @@ def _capacity_violations(
     return out
 
 
+def sharing_problem(policy: SolverPolicy, classes: Sequence[str | None]) -> str | None:
+    """Why pods of ``classes`` may not hold one GPU together (None: they may).
+
+    The classes in force are :func:`solver.interference.resolve_profiles` of the policy's
+    ``qos_classes`` (unknown or missing classes count as an ordinary busy neighbour). Two
+    members may not meet when either is exclusive or bans the other; every latency-sensitive
+    member's predicted latency must stay within its SLO.
+    """
+    if len(classes) < 2:
+        return None
+    profiles = resolve_profiles(policy.qos_classes)
+    group = [profile_for(c, profiles) for c in classes]
+    for i, a in enumerate(group):
+        for b in group[i + 1 :]:
+            if not may_share(a, b):
+                culprit = a if a.exclusive else b if b.exclusive else None
+                if culprit is not None:
+                    return f"class {culprit.name} is exclusive"
+                return f"classes {a.name} and {b.name} may not share a GPU"
+    for i, p in enumerate(group):
+        if not within_slo(p, [*group[:i], *group[i + 1 :]]):
+            return f"class {p.name} would miss its SLO of {p.slo_ms} ms"
+    return None
+
+
 def _interference_violations(
     snapshot: Snapshot,
     admitted: list[GangPlacement],
     gangs: dict[str, Gang],
     nodes: dict[str, Node],
 ) -> list[Violation]:
-    policy = snapshot.policy
-    # on_gpu[(node, index)]: (pod label, QoS class, placed by this plan) of every holder
-    on_gpu: dict[tuple[str, int], list[tuple[str, str | None, bool]]] = defaultdict(list)
+    # on_gpu[(node, index)]: QoS class of every holder; touched: GPUs the plan adds pods to
+    on_gpu: dict[tuple[str, int], list[str | None]] = defaultdict(list)
+    touched: set[tuple[str, int]] = set()
     for r in snapshot.running:
         for s in r.gpus:
-            on_gpu[(r.node, s.index)].append((f"running pod {r.name}", r.qos_class, False))
+            on_gpu[(r.node, s.index)].append(r.qos_class)
     for gp in admitted:
         pods = {p.name: p for p in gangs[gp.gang].pods}
         for pp in gp.pods:
@@ -379,26 +417,12 @@ def _interference_violations(
             if pod is None or pp.node not in nodes:
                 continue
             for s in pp.gpus:
-                on_gpu[(pp.node, s.index)].append(
-                    (f"gang {gp.gang} pod {pp.pod}", pod.qos_class, True)
-                )
+                on_gpu[(pp.node, s.index)].append(pod.qos_class)
+                touched.add((pp.node, s.index))
     out: list[Violation] = []
-    for (node, index), holders in sorted(on_gpu.items()):
-        for i, (a, ca, new_a) in enumerate(holders):
-            for b, cb, new_b in holders[i + 1 :]:
-                if not (new_a or new_b):
-                    continue
-                qa, qb = policy.qos(ca), policy.qos(cb)
-                why = None
-                if qa is not None and qa.exclusive:
-                    why = f"class {ca} is exclusive"
-                elif qb is not None and qb.exclusive:
-                    why = f"class {cb} is exclusive"
-                elif qa is not None and cb is not None and cb in qa.no_share_with:
-                    why = f"class {ca} may not share with {cb}"
-                elif qb is not None and ca is not None and ca in qb.no_share_with:
-                    why = f"class {cb} may not share with {ca}"
-                if why:
-                    out.append(Violation(Kind.INTERFERENCE, f"node {node} GPU {index}: {a} and "
-                                         f"{b} share it but {why}"))
+    for key in sorted(touched):
+        why = sharing_problem(snapshot.policy, on_gpu[key])
+        if why is not None:
+            out.append(Violation(Kind.INTERFERENCE, f"node {key[0]} GPU {key[1]} holds classes "
+                                 f"{sorted(str(c) for c in on_gpu[key])}: {why}"))
     return out

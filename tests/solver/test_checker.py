@@ -313,3 +313,17 @@ def test_interference_bans(running_class: str) -> None:
 def test_compatible_classes_may_share() -> None:
     snap = interference_snapshot("batch")
     assert check(snap, plan(place("g", ("p0", "n1", ((0, 300),))))) == []
+
+
+def test_latency_sensitive_pod_kept_within_its_slo() -> None:
+    # default classes: latency-inference (SLO 2x solo) next to six busy best-effort pods
+    snap = Snapshot(
+        nodes=(node("n1"),),
+        gangs=(gang("g", pod(gpu_milli=100, qos_class="latency-inference")),),
+        running=tuple(Running(f"r{i}", "n1", gpus=(GpuShare(0, 100),), qos_class="best-effort")
+                      for i in range(6)),
+    )
+    violations = check(snap, plan(place("g", ("p0", "n1", ((0, 100),)))))
+    assert [v.kind for v in violations] == [Kind.INTERFERENCE]
+    assert "SLO" in violations[0].message
+    assert check(snap, plan(place("g", ("p0", "n1", ((1, 100),))))) == []
