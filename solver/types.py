@@ -360,6 +360,37 @@ class Weights:
 
 
 @dataclass(frozen=True, slots=True)
+class TypicalPod:
+    """One kind of pod in the workload the cluster expects, for the fragmentation measure.
+
+    FGD (Weng et al., ATC'23) measures a node's fragmentation against a target workload: the
+    pod shapes that make up most of the demand, each with its share of pods (``weight``; the
+    weights need not sum to 1). ``gpu_milli`` is per GPU, as in :class:`PodRequest`.
+    """
+
+    cpu_milli: int = 0
+    gpu_count: int = 0
+    gpu_milli: int = 0
+    models: frozenset[str] = frozenset()
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        _non_negative(self.cpu_milli, "typical_pods.cpu_milli")
+        _non_negative(self.gpu_count, "typical_pods.gpu_count")
+        _require(
+            0 <= self.gpu_milli <= MILLI,
+            "typical_pods.gpu_milli",
+            f"must be in [0, 1000], got {self.gpu_milli}",
+        )
+        _require(
+            (self.gpu_count == 0) == (self.gpu_milli == 0),
+            "typical_pods.gpu_milli",
+            "must be > 0 exactly when gpu_count is > 0",
+        )
+        _require(self.weight > 0, "typical_pods.weight", f"must be > 0, got {self.weight}")
+
+
+@dataclass(frozen=True, slots=True)
 class SolverPolicy:
     """The knobs of the policy YAML that the solver reads."""
 
@@ -368,6 +399,8 @@ class SolverPolicy:
     qos_classes: tuple[QoSProfile, ...] = ()
     idle_watts: Mapping[str, float] = field(default_factory=dict)  # per GPU model
     active_watts: Mapping[str, float] = field(default_factory=dict)  # per GPU model
+    # the target workload of the fragmentation measure; empty: derived from the snapshot's pods
+    typical_pods: tuple[TypicalPod, ...] = ()
 
     def qos(self, name: str | None) -> QoSProfile | None:
         if name is None:
