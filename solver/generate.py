@@ -211,6 +211,11 @@ TRAINING = JobKind(
     median_s=900.0,
     models=TRAINING_MODELS,
 )
+# Small fine-tuning and debugging runs that take a share of one GPU of any model: training
+# work that may land next to serving, which the shipped QoS classes forbid.
+FINETUNE = JobKind(
+    "tune", "training", shapes=((1, 1, 500), (1, 1, 500), (1, 1, MILLI)), median_s=900.0,
+)
 LATENCY_INFERENCE = JobKind(
     "serve", "latency-inference", shapes=((1, 1, 250), (1, 1, 300), (1, 1, 500)),
     median_s=900.0, priority=2,
@@ -244,11 +249,11 @@ class TenantSpec:
 
 
 DEFAULT_TENANTS = (
-    TenantSpec("team-a", 2.0, ((TRAINING, 3.0), (BATCH_INFERENCE, 1.0))),
-    TenantSpec("team-b", 1.0, ((LATENCY_INFERENCE, 4.0), (BATCH_INFERENCE, 2.0),
-                               (TRAINING, 0.5))),
-    TenantSpec("team-c", 1.0, ((NOTEBOOK, 3.0), (BEST_EFFORT, 2.0), (TRAINING, 0.5),
-                               (LATENCY_INFERENCE, 1.0))),
+    TenantSpec("team-a", 2.0, ((TRAINING, 3.0), (FINETUNE, 2.0), (BATCH_INFERENCE, 1.0))),
+    TenantSpec("team-b", 1.0, ((LATENCY_INFERENCE, 5.0), (BATCH_INFERENCE, 2.0),
+                               (FINETUNE, 1.0))),
+    TenantSpec("team-c", 1.0, ((NOTEBOOK, 3.0), (BEST_EFFORT, 3.0), (LATENCY_INFERENCE, 1.0),
+                               (FINETUNE, 1.0), (TRAINING, 0.5))),
 )
 
 

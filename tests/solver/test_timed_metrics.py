@@ -17,6 +17,7 @@ from solver.metrics_sim import (
     tenant_shares,
     time_weighted_mean,
     weighted_jain,
+    weighted_max_min,
 )
 
 
@@ -93,3 +94,30 @@ def test_power_is_linear_in_the_allocated_share_and_clamped() -> None:
     assert gpu_power_watts(50, 400, 500) == pytest.approx(225)
     assert gpu_power_watts(50, 400, 1000) == 400
     assert gpu_power_watts(50, 400, 1500) == 400
+
+
+def test_max_min_gives_small_demands_in_full_and_splits_the_rest_by_weight() -> None:
+    w = {"a": 2.0, "b": 1.0, "c": 1.0}
+    # c asks for little: it gets it all; a and b split the remaining 9 as 2:1
+    fair = weighted_max_min(10.0, {"a": 100.0, "b": 100.0, "c": 1.0}, w)
+    assert fair == pytest.approx({"a": 6.0, "b": 3.0, "c": 1.0})
+    # enough for everyone: everyone gets its demand
+    assert weighted_max_min(10.0, {"a": 2.0, "b": 3.0, "c": 0.0}, w) == pytest.approx(
+        {"a": 2.0, "b": 3.0, "c": 0.0})
+    # everyone over-asks: the weights decide
+    assert weighted_max_min(8.0, {"a": 9.0, "b": 9.0, "c": 9.0}, w) == pytest.approx(
+        {"a": 4.0, "b": 2.0, "c": 2.0})
+
+
+@given(st.floats(min_value=0, max_value=100),
+       st.dictionaries(st.sampled_from("abcde"), st.floats(min_value=0, max_value=50),
+                       min_size=1))
+def test_max_min_never_exceeds_demand_or_capacity(capacity: float, demands: dict[str, float]
+                                                  ) -> None:
+    weights = {t: 1.0 + i for i, t in enumerate(sorted(demands))}
+    fair = weighted_max_min(capacity, demands, weights)
+    assert sum(fair.values()) <= capacity + 1e-6
+    assert all(fair[t] <= demands[t] + 1e-6 for t in demands)
+    # work-conserving: either everyone is satisfied or the capacity is used up
+    assert (all(fair[t] >= demands[t] - 1e-6 for t in demands)
+            or sum(fair.values()) >= capacity - 1e-6)
