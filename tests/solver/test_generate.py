@@ -73,7 +73,7 @@ def test_workload_mixes_tenants_kinds_and_meets_the_offered_load() -> None:
 
 def test_training_takes_whole_gpus_of_training_models_with_topology() -> None:
     sc = generate(GeneratorSpec(workload=WorkloadSpec(horizon_s=10_000)), seed=2)
-    training = [a.gang for a in sc.arrivals if a.gang.pods[0].qos_class == "training"]
+    training = [a.gang for a in sc.arrivals if "-train-" in a.gang.name]
     assert training
     for g in training:
         for p in g.pods:
@@ -83,6 +83,8 @@ def test_training_takes_whole_gpus_of_training_models_with_topology() -> None:
             assert g.topology.mode == TopologyMode.REQUIRED
     shared = [p for a in sc.arrivals for p in a.gang.pods if p.shares_gpu]
     assert shared and all(p.gpu_count == 1 for p in shared)
+    # fine-tuning runs are training work on a share of any GPU: they meet serving pods
+    assert any(p.qos_class == "training" and not p.models for p in shared)
 
 
 def test_every_gang_fits_an_empty_cluster_somewhere() -> None:
