@@ -1,0 +1,63 @@
+"""Fairness across tenants: raise the smallest weighted dominant share (DRF-like).
+
+Each tenant's dominant share is the largest of its GPU, CPU and memory use, each expressed in
+milli-GPU equivalents of the cluster (CPU use x GPU capacity / CPU capacity, and so on), divided
+by the tenant's weight relative to the mean. The model maximises the minimum over tenants with
+pending gangs, so a window that leaves one tenant far behind scores lower.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ortools.sat.python import cp_model
+
+from solver.cpsat.instance import Instance
+from solver.cpsat.variables import Term, Vars, scaled
+
+WEIGHT_SCALE = 1000
+
+
+def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
+    if inst.weights.fairness <= 0:
+        return []
+    snap = inst.snapshot
+    tenant_gangs: dict[str, list[int]] = defaultdict(list)
+    for gi, gang in enumerate(inst.gangs):
+        tenant_gangs[gang.tenant].append(gi)
+    if len(tenant_gangs) < 2:
+        return []
+    gcap = snap.gpu_capacity_milli
+    ccap = sum(n.cpu_milli for n in snap.nodes)
+    mcap = sum(n.memory_mib for n in snap.nodes)
+    base = gcap or ccap
+    if base <= 0:
+        return []
+    cpu_k = base / ccap if ccap else 0.0
+    mem_k = base / mcap if mcap else 0.0
+    run_gpu: dict[str, int] = defaultdict(int)
+    run_cpu: dict[str, int] = defaultdict(int)
+    run_mem: dict[str, int] = defaultdict(int)
+    for r in snap.running:
+        if r.tenant is not None:
+            run_gpu[r.tenant] += sum(s.milli for s in r.gpus)
+            run_cpu[r.tenant] += r.cpu_milli
+            run_mem[r.tenant] += r.memory_mib
+    weights = {t: snap.tenant(t).weight for t in tenant_gangs}
+    mean_w = sum(weights.values()) / len(weights)
+    # low: the smallest weighted dominant share over tenants with pending gangs (milli-GPU eq.)
+    low = model.new_int_var(0, 2 * base, "fair_low")
+    for t, gis in sorted(tenant_gangs.items()):
+        cpu = [round(sum(p.cpu_milli for p in inst.gangs[g].pods) * cpu_k) for g in gis]
+        mem = [round(sum(p.memory_mib for p in inst.gangs[g].pods) * mem_k) for g in gis]
+        exprs = [
+            run_gpu[t] + sum(inst.gangs[g].gpu_demand_milli * v.admit[g] for g in gis),
+            round(run_cpu[t] * cpu_k) + sum(c * v.admit[g] for c, g in zip(cpu, gis, strict=True)),
+            round(run_mem[t] * mem_k) + sum(m * v.admit[g] for m, g in zip(mem, gis, strict=True)),
+        ]
+        # dom[t]: tenant t's dominant share after this window
+        dom = model.new_int_var(0, 4 * base, f"dom[{t}]")
+        model.add_max_equality(dom, exprs)
+        w = max(1, round(WEIGHT_SCALE * weights[t] / mean_w))
+        model.add(w * low <= WEIGHT_SCALE * dom)
+    return [("fairness", scaled(inst.weights.fairness) * low)]

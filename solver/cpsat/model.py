@@ -1,0 +1,148 @@
+"""The batch model composed from its concerns, solved with a time limit and a greedy hint.
+
+Recipe: (1) derive the instance and its candidates, (2) make the variables, (3) let each concern
+module add its constraints and objective terms, (4) hint the greedy plan, (5) solve, (6) read
+the placements back. Allowed models and allowed nodes (:mod:`solver.eligibility`) are enforced
+in step 1: a pod gets no variable for a node or GPU it may not use.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from solver.cpsat import (
+    capacity,
+    energy,
+    fairness,
+    fragmentation,
+    gang,
+    interference,
+    priority,
+    quota,
+    topology,
+)
+from solver.cpsat.instance import Instance, make_instance
+from solver.cpsat.variables import SCALE, Term, Vars, make_vars
+from solver.plan import GangPlacement, Plan
+from solver.state import FreeState
+from solver.types import Snapshot
+
+BuildFn = Callable[[Instance, cp_model.CpModel, Vars], list[Term]]
+
+# Every concern, in the order the recipe applies them.
+CONCERNS: tuple[tuple[str, BuildFn], ...] = (
+    ("gang", gang.build),
+    ("capacity", capacity.build),
+    ("topology", topology.build),
+    ("quota", quota.build),
+    ("interference", interference.build),
+    ("priority", priority.build),
+    ("fairness", fairness.build),
+    ("energy", energy.build),
+    ("fragmentation", fragmentation.build),
+)
+
+_STATUS = {
+    cp_model.OPTIMAL: "OPTIMAL",
+    cp_model.FEASIBLE: "FEASIBLE",
+    cp_model.INFEASIBLE: "INFEASIBLE",
+    cp_model.MODEL_INVALID: "MODEL_INVALID",
+    cp_model.UNKNOWN: "UNKNOWN",
+}
+
+
+@dataclass(slots=True)
+class CpsatResult:
+    """What one CP-SAT solve found; ``admitted`` is None when it found no solution."""
+
+    status: str
+    admitted: list[GangPlacement] | None
+    objective: float | None
+    bound: float | None
+    build_seconds: float
+    solve_seconds: float
+    terms: dict[str, float] = field(default_factory=dict)
+    size: dict[str, float] = field(default_factory=dict)
+
+
+def _hint(inst: Instance, v: Vars, model: cp_model.CpModel, hint: Plan) -> None:
+    gang_index = {g.name: gi for gi, g in enumerate(inst.gangs)}
+    chosen_nodes: set[tuple[int, str]] = set()
+    chosen_gpus: set[tuple[int, str, int]] = set()
+    admitted = set()
+    for gp in hint.admitted:
+        gi = gang_index.get(gp.gang)
+        if gi is None:
+            continue
+        by_pod = {inst.pods[pi].pod.name: pi for pi in inst.gang_pods[gi]}
+        keys = [(by_pod.get(pp.pod), pp) for pp in gp.pods]
+        if any(pi is None or (pi, pp.node) not in v.place for pi, pp in keys):
+            continue  # hint not expressible in this model (e.g. filtered); leave it out
+        admitted.add(gi)
+        for pi, pp in keys:
+            assert pi is not None
+            chosen_nodes.add((pi, pp.node))
+            for s in pp.gpus:
+                chosen_gpus.add((pi, pp.node, s.index))
+    for gi, x in enumerate(v.admit):
+        model.add_hint(x, gi in admitted)
+    for key, x in v.place.items():
+        model.add_hint(x, key in chosen_nodes)
+    for ukey, u in v.use.items():
+        model.add_hint(u, ukey in chosen_gpus)
+
+
+def solve_window(
+    snapshot: Snapshot,
+    *,
+    hint: Plan | None = None,
+    time_limit: float = 1.0,
+    seed: int = 0,
+    workers: int = 1,
+    free: FreeState | None = None,
+    log: Callable[[str], None] | None = None,
+) -> CpsatResult:
+    """Build and solve the batch model for one snapshot (or one partition of it)."""
+    t0 = time.perf_counter()
+    inst = make_instance(snapshot, hint=hint, free=free)
+    model = cp_model.CpModel()
+    v = make_vars(inst, model)
+    terms: list[Term] = []
+    for _name, build in CONCERNS:
+        terms.extend(build(inst, model, v))
+    model.maximize(sum(expr for _n, expr in terms))
+    if hint is not None:
+        _hint(inst, v, model, hint)
+    build_seconds = time.perf_counter() - t0
+
+    solver = cp_model.CpSolver()
+    params = solver.parameters
+    params.max_time_in_seconds = max(0.01, time_limit - build_seconds)
+    params.random_seed = seed
+    params.num_workers = max(1, workers)
+    if log is not None:
+        params.log_search_progress = True
+        params.log_to_stdout = False
+        solver.log_callback = log
+    code = solver.solve(model)
+    status = _STATUS.get(code, str(code))
+    size = {"pods": float(len(inst.pods)), "place_vars": float(len(v.place)),
+            "use_vars": float(len(v.use)), "nodes_offered": float(len(v.on_node))}
+    solve_seconds = solver.wall_time
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return CpsatResult(status, None, None, None, build_seconds, solve_seconds, size=size)
+    values = {name: solver.value(expr) / SCALE for name, expr in terms}
+    return CpsatResult(
+        status,
+        v.extract(inst, solver),
+        solver.objective_value / SCALE,
+        solver.best_objective_bound / SCALE,
+        build_seconds,
+        solve_seconds,
+        values,
+        size,
+    )
