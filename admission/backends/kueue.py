@@ -1,0 +1,63 @@
+"""Kueue release: the tenant's LocalQueue and Kueue's plain-pod group keys.
+
+Two gates, two owners. Kueue's pod webhook adds ``kueue.x-k8s.io/admission`` to a pod that
+carries the ``kueue.x-k8s.io/queue-name`` label at CREATE, so Berth's webhook writes the queue
+label and the pod-group keys at CREATE too (after this, labels set at release only repeat them).
+Berth never touches Kueue's gate, and Kueue never touches Berth's.
+
+Order and who decides what:
+
+1. Kueue sees the pod group as a Workload once all its pods exist and admits it against its
+   ClusterQueue quota (nominal quota, cohort borrowing, preemption): *how much* each tenant may
+   run, in Kueue's terms. Admission removes Kueue's gate.
+2. Berth, every batch window, decides *which* gangs run now and *where*: per-pod node and GPUs,
+   GPU fractions, topology, interference and its own fair share, then removes its gate.
+3. The pod is scheduled when both gates are gone, in either order.
+
+Berth's quota is the placement-level ceiling (fractions in milli-GPU, which Kueue does not
+model); Kueue's quota is the accounting of record. Keep Kueue's nominal quota at or above
+Berth's for the same tenant, or a gang Berth released waits on Kueue's gate while holding the
+capacity Berth assigned it (Berth counts it as held until it is bound or deleted).
+
+Why not Kueue's AdmissionCheck: an admission check answers per Workload and can only hand back
+``podSetUpdates`` per PodSet (one node selector for every pod of a shape), while Berth assigns a
+different node and GPU set to each pod of a gang. A gate Berth owns carries per-pod placements
+and works unchanged with or without Kueue.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from admission import constants as c
+from admission.controller import translate as tr
+
+if TYPE_CHECKING:
+    from admission.controller.api import ClusterApi
+    from admission.controller.snapshot import GangInfo
+    from admission.controller.translate import Obj
+
+
+class KueueBackend:
+    name = "kueue"
+
+    def pod_metadata(self, gang: GangInfo, queue: str | None) -> tuple[dict[str, str],
+                                                                      dict[str, str]]:
+        labels: dict[str, str] = {}
+        annotations: dict[str, str] = {}
+        if queue:
+            labels[c.KUEUE_QUEUE_LABEL] = queue
+        group = next((tr.labels(p).get(c.LABEL_GANG) for p in gang.pods), None)
+        if gang.size > 1 and group:
+            labels[c.KUEUE_POD_GROUP_LABEL] = group
+            annotations[c.KUEUE_POD_GROUP_COUNT] = str(gang.size)
+        return labels, annotations
+
+    def prepare(self, api: ClusterApi, gang: GangInfo, queue: str | None) -> None:
+        return None  # Kueue builds the Workload from the pods itself
+
+    def problem(self, pod: Obj) -> str | None:
+        if c.KUEUE_QUEUE_LABEL not in tr.labels(pod):
+            return (f"label {c.KUEUE_QUEUE_LABEL} was not set at creation, so Kueue does not "
+                    "manage this pod; set the tenant's queue under tenants[].queues.kueue")
+        return None

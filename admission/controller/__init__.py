@@ -1,0 +1,8 @@
+"""The batch controller: from gated pods to released gangs.
+
+It watches pods and nodes, keeps an inventory, and once per batch window runs a short numbered
+cycle (:mod:`.cycle`): gather each tenant's complete gangs, snapshot, solve off the event loop,
+check, release, and tell every pod left waiting why. Kubernetes is its only store: the plan
+lives in annotations on the pods it concerns, so a restarted controller rebuilds everything
+from the API server.
+"""

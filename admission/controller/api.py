@@ -1,0 +1,56 @@
+"""The few API-server operations the controller performs, as a protocol over plain JSON dicts.
+
+:class:`admission.kube.KubeApi` implements it with the ``kubernetes`` client; the unit tests use
+an in-memory API server that enforces the same update rules. Keeping the surface this small is
+what makes the release protocol reviewable: every write the controller makes goes through one of
+these methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+Json = dict[str, Any]
+
+
+class ApiError(Exception):
+    """The API server refused a request; ``status`` is its HTTP status (0: no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}" if status else message)
+        self.status = status
+        self.message = message
+
+
+class Conflict(ApiError):
+    """The object changed since it was read (a failed JSON-patch ``test``, or 409)."""
+
+
+class NotFound(ApiError):
+    """The object is gone."""
+
+
+class Gone(ApiError):
+    """A watch's resource version is too old (410): list again."""
+
+
+class ClusterApi(Protocol):
+    # pods
+    def list_pods(self) -> tuple[list[Json], str]: ...
+    def watch_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, Json]]:
+        ...
+    def get_pod(self, namespace: str, name: str) -> Json | None: ...
+    def patch_pod(self, namespace: str, name: str, ops: list[Json]) -> Json: ...
+    def set_pod_condition(self, namespace: str, name: str, condition: Json) -> Json: ...
+    # nodes
+    def list_nodes(self) -> tuple[list[Json], str]: ...
+    def watch_nodes(self, resource_version: str,
+                    timeout_seconds: int) -> Iterator[tuple[str, Json]]: ...
+    # events, leases, backend objects
+    def create_event(self, namespace: str, event: Json) -> None: ...
+    def get_lease(self, namespace: str, name: str) -> Json | None: ...
+    def create_lease(self, namespace: str, lease: Json) -> Json: ...
+    def replace_lease(self, namespace: str, name: str, lease: Json) -> Json: ...
+    def apply_custom(self, group: str, version: str, plural: str, namespace: str,
+                     body: Json) -> Json: ...

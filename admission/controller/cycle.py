@@ -1,0 +1,238 @@
+"""One batch cycle: a short, numbered, timed recipe (like Kueue's ``schedule()``).
+
+    0. snapshot   copy the inventory and build the snapshot of complete pending gangs
+    1. finish     complete releases already under way (a crash, a failed write)
+    2. timeouts   report gangs whose pods never all arrived
+    3. solve      in a worker process, with a time limit
+    4. check      the one feasibility checker judges the plan; a refused plan releases nothing
+    5. release    write placements, then open the gates, gang by gang
+    6. requeue    tell every pod left waiting why, and publish the queue per tenant
+
+The fast path runs the same recipe, restricted to gangs of latency-critical classes, on arrival
+instead of at the window's end, against the capacity the last plans left.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from admission.controller import translate as tr
+from admission.controller.explain import Explainer, Why, reasons
+from admission.controller.inventory import Inventory
+from admission.controller.metrics import Metrics
+from admission.controller.release import Releaser, ReleaseResult
+from admission.controller.settings import Settings
+from admission.controller.snapshot import Built, GangInfo, build
+from solver.checker import check
+from solver.plan import Plan
+from solver.types import MILLI, Snapshot
+
+log = logging.getLogger(__name__)
+
+Solve = Callable[[Snapshot], Plan]
+
+
+@dataclass(slots=True)
+class CycleReport:
+    number: int
+    path: str  # batch | fast
+    phases: dict[str, float] = field(default_factory=dict)
+    gangs: dict[str, int] = field(default_factory=dict)  # by state
+    admitted: int = 0
+    released: list[ReleaseResult] = field(default_factory=list)
+    finished: list[ReleaseResult] = field(default_factory=list)
+    timed_out: list[str] = field(default_factory=list)
+    why: dict[str, Why] = field(default_factory=dict)
+    solver_status: str = ""
+    violations: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        phases = " ".join(f"{k}={v * 1000:.0f}ms" for k, v in self.phases.items())
+        ok = sum(r.complete for r in self.released)
+        return (f"cycle {self.number} ({self.path}): gangs {self.gangs} admitted={self.admitted} "
+                f"released={ok} finished={len(self.finished)} solver={self.solver_status} "
+                f"{phases}")
+
+
+class Cycle:
+    def __init__(self, *, inventory: Inventory, settings: Settings, releaser: Releaser,
+                 explainer: Explainer, solve: Solve, fast_solve: Solve | None = None,
+                 clock: Callable[[], datetime], metrics: Metrics) -> None:
+        self.inventory = inventory
+        self.settings = settings
+        self.releaser = releaser
+        self.explainer = explainer
+        self.solve = solve
+        self.fast_solve = fast_solve or solve
+        self.clock = clock
+        self.metrics = metrics
+        self.number = 0
+        self._timed_out: set[str] = set()  # gangs already reported, so one event each
+
+    @contextmanager
+    def _phase(self, report: CycleReport, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            took = time.perf_counter() - start
+            report.phases[name] = took
+            self.metrics.phase_seconds.labels(f"{report.path}:{name}").observe(took)
+
+    # ------------------------------------------------------------------ the recipe
+    def run(self, *, fast: bool = False) -> CycleReport:
+        self.number += 1
+        report = CycleReport(self.number, "fast" if fast else "batch")
+        now = self.clock()
+
+        # 0. Snapshot: a consistent copy, then the pending gangs (fast path: its classes only).
+        with self._phase(report, "snapshot"):
+            built = build(self.inventory.view(), self.settings, now)
+            if fast:
+                built = self._fast_only(built)
+            report.gangs = _count_states(built)
+
+        # 1. Finish releases that were under way.
+        with self._phase(report, "finish"):
+            for info in built.by_state("finishing"):
+                result = self.releaser.finish(info)
+                report.finished.append(result)
+                self._account(result, info, report.path)
+
+        # 2. Gangs whose pods never all arrived.
+        if not fast:
+            with self._phase(report, "timeouts"):
+                report.timed_out = self._timeouts(built, now)
+
+        # 3. Solve, off this thread's interpreter (a worker process), with a time limit.
+        with self._phase(report, "solve"):
+            plan = (self.fast_solve if fast else self.solve)(built.snapshot)
+            report.solver_status = plan.stats.status
+            self._solver_metrics(plan)
+
+        # 4. Check: never release a plan the checker refuses.
+        with self._phase(report, "check"):
+            violations = check(built.snapshot, plan) if plan.admitted else []
+            report.violations = [str(v) for v in violations]
+            rejected = None
+            if violations:
+                self.metrics.plans_rejected.inc()
+                log.error("cycle %d: plan refused by the checker: %s", self.number,
+                          "; ".join(report.violations[:5]))
+                rejected = "the plan failed the feasibility check; retrying next window"
+                plan = replace(plan, admitted=())
+            report.admitted = len(plan.admitted)
+
+        # 5. Release: placements first, gates only once every pod of a gang carries its plan.
+        with self._phase(report, "release"):
+            plan_id = f"{now.strftime('%Y%m%dT%H%M%S')}-{report.path}-{self.number}"
+            for gp in plan.admitted:
+                info = built.gangs[gp.gang]
+                result = self.releaser.release(info, gp, plan_id)
+                report.released.append(result)
+                self._account(result, info, report.path)
+
+        # 6. Requeue: every pod left waiting says why; the queue per tenant is published.
+        with self._phase(report, "requeue"):
+            report.why = reasons(built, plan, self.settings.gang_timeout_seconds, now, rejected)
+            self._explain(built, report)
+            if not fast:
+                self._queue_metrics(built, plan)
+
+        self.metrics.cycles.inc()
+        log.info("%s", report.summary())
+        return report
+
+    # ------------------------------------------------------------------ phase helpers
+    def _fast_only(self, built: Built) -> Built:
+        classes = self.settings.fast_path_classes
+        keep = {g.key for g in built.gangs.values()
+                if g.state in ("pending", "finishing") and g.gated
+                and all(tr.qos_class(p) in classes for p in g.gated)}
+        gangs = {k: g for k, g in built.gangs.items() if k in keep}
+        snap = replace(built.snapshot,
+                       gangs=tuple(g for g in built.snapshot.gangs if g.name in keep))
+        return Built(snapshot=snap, gangs=gangs, nodes=built.nodes,
+                     node_errors=built.node_errors)
+
+    def _timeouts(self, built: Built, now: datetime) -> list[str]:
+        out = []
+        limit = self.settings.gang_timeout_seconds
+        for info in built.by_state("incomplete"):
+            age = (now - info.first_created).total_seconds() if info.first_created else 0.0
+            if age > limit and info.key not in self._timed_out:
+                self._timed_out.add(info.key)
+                self.metrics.gang_timeouts.labels(info.tenant).inc()
+                log.warning("gang %s: %d of %d pods after %.0fs", info.key, len(info.pods),
+                            info.size, age)
+                out.append(info.key)
+        live = set(built.gangs)
+        self._timed_out &= live
+        return out
+
+    def _account(self, result: ReleaseResult, info: GangInfo, path: str) -> None:
+        if result.error:
+            step = "placement" if result.opened == 0 and not result.released_pods else "gate"
+            self.metrics.release_failures.labels(step).inc()
+            log.warning("release of %s: %s", info.key, result.error)
+        if result.complete:
+            self.metrics.releases.labels(info.tenant, path).inc()
+        now = self.clock()
+        for pod in result.released_pods:
+            created = tr.created_at(pod)
+            if created is not None:
+                self.metrics.release_latency.labels(
+                    info.tenant, tr.qos_class(pod) or "", path
+                ).observe(max(0.0, (now - created).total_seconds()))
+
+    def _explain(self, built: Built, report: CycleReport) -> None:
+        todo: list[tuple[tr.Obj, Why]] = []
+        released_pods = [p for r in report.released + report.finished for p in r.released_pods]
+        for pod in released_pods:
+            todo.append((pod, Why("Released", "released by Berth to its placement",
+                                  waiting=False)))
+        # Waiting pods, the head of each queue first, so the budget goes where users look.
+        for key, why in sorted(report.why.items(), key=lambda kv: kv[1].message):
+            for pod in built.gangs[key].gated:
+                current = self.inventory.pod(tr.pod_key(pod)) or pod
+                if tr.has_berth_gate(current):
+                    todo.append((current, why))
+        self.explainer.tell(todo, self.settings.explain_budget)
+
+    def _solver_metrics(self, plan: Plan) -> None:
+        s = plan.stats
+        self.metrics.solver_status.labels(s.solver, s.status).inc()
+        self.metrics.solver_seconds.set(s.wall_seconds)
+        if s.objective is not None and s.bound is not None:
+            denom = max(abs(s.objective), abs(s.bound), 1e-9)
+            self.metrics.solver_gap.set(abs(s.bound - s.objective) / denom)
+
+    def _queue_metrics(self, built: Built, plan: Plan) -> None:
+        admitted = plan.admitted_names
+        gangs: dict[tuple[str, str], int] = defaultdict(int)
+        milli: dict[str, int] = defaultdict(int)
+        for info in built.gangs.values():
+            if info.key in admitted:
+                continue
+            gangs[(info.tenant, info.state)] += 1
+            if info.gang is not None:
+                milli[info.tenant] += info.gang.gpu_demand_milli
+        self.metrics.pending_gangs.clear()
+        self.metrics.pending_gpus.clear()
+        for (tenant, state), n in gangs.items():
+            self.metrics.pending_gangs.labels(tenant, state).set(n)
+        for tenant, m in milli.items():
+            self.metrics.pending_gpus.labels(tenant).set(m / MILLI)
+
+
+def _count_states(built: Built) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for g in built.gangs.values():
+        out[g.state] += 1
+    return dict(out)

@@ -1,0 +1,155 @@
+"""Every pod that waits says why: a pod condition (``kubectl describe pod`` shows it) and an
+Event, e.g. ``waiting: tenant team-a is at its 16-GPU quota; 3 gangs ahead``.
+
+Messages are written only when they change, and at most ``budget`` writes per cycle, so ten
+thousand waiting pods cost a trickle of writes, not ten thousand per window. The wait time
+itself is left out of the message for that reason; it is in the metrics and the cycle log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from admission.controller import keys
+from admission.controller import translate as tr
+from admission.controller.api import ApiError, ClusterApi
+from admission.controller.snapshot import Built, GangInfo
+from admission.controller.translate import Obj
+from solver.checker import quota_usage_milli
+from solver.plan import Plan
+from solver.types import MILLI
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    reason: str  # CamelCase, the condition's and the Event's reason
+    message: str
+    waiting: bool = True
+    warning: bool = False
+
+
+def gpus(milli: int) -> str:
+    return f"{milli // MILLI}" if milli % MILLI == 0 else f"{milli / MILLI:.2f}".rstrip("0")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def queue_order(gangs: Iterable[GangInfo]) -> list[GangInfo]:
+    """The order a tenant's waiting gangs are served in: priority, then longest wait."""
+    def key(g: GangInfo) -> tuple[int, float, str]:
+        gang = g.gang
+        return (-(gang.priority if gang else 0), -(gang.wait_seconds if gang else 0.0), g.key)
+    return sorted(gangs, key=key)
+
+
+def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
+            plan_rejected: str | None = None) -> dict[str, Why]:
+    """Why each gang Berth holds is still waiting after this cycle, by gang key."""
+    snap = built.snapshot
+    deferred = {d.gang: d.reason for d in (plan.deferred if plan else ())}
+    admitted = plan.admitted_names if plan else frozenset()
+    used = quota_usage_milli(snap, plan)
+    waiting = [g for g in built.gangs.values() if g.state == "pending" and g.key not in admitted]
+    by_tenant: dict[str, list[GangInfo]] = defaultdict(list)
+    for g in waiting:
+        by_tenant[g.tenant].append(g)
+    ahead = {g.key: i for gs in by_tenant.values() for i, g in enumerate(queue_order(gs))}
+    out: dict[str, Why] = {}
+    for g in built.gangs.values():
+        if g.state == "broken":
+            out[g.key] = Why("InvalidPod", f"waiting: {g.error}", warning=True)
+        elif g.state == "incomplete":
+            have = len(g.pods)
+            age = (now - g.first_created).total_seconds() if g.first_created else 0.0
+            if age > timeout_s:
+                out[g.key] = Why("GangTimedOut", f"waiting: gang {g.key} has {have} of {g.size} "
+                                 f"pods after {int(age)}s (timeout {int(timeout_s)}s); the "
+                                 "missing pods were never created", warning=True)
+            else:
+                out[g.key] = Why("GangIncomplete", f"waiting: gang {g.key} has {have} of "
+                                 f"{g.size} pods; it is considered once all exist")
+        elif g.state == "pending" and g.key not in admitted:
+            n = ahead.get(g.key, 0)
+            tail = f"; {_plural(n, 'gang')} ahead"
+            if plan_rejected:
+                out[g.key] = Why("PlanRejected", f"waiting: {plan_rejected}{tail}")
+                continue
+            tenant = snap.tenant(g.tenant)
+            demand = g.gang.gpu_demand_milli if g.gang else 0
+            if (tenant.quota_milli is not None and not tenant.can_borrow
+                    and used.get(g.tenant, 0) + demand > tenant.quota_milli):
+                out[g.key] = Why("Quota", f"waiting: tenant {g.tenant} is at its "
+                                 f"{gpus(tenant.quota_milli)}-GPU quota{tail}")
+            else:
+                why = deferred.get(g.key) or "no room for the whole gang this window"
+                out[g.key] = Why("Deferred", f"waiting: {why}{tail}")
+    return out
+
+
+def _condition(pod: Obj) -> Obj | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == keys.CONDITION_WAITING:
+            return cond
+    return None
+
+
+def needs_update(pod: Obj, why: Why) -> bool:
+    cond = _condition(pod)
+    status = "True" if why.waiting else "False"
+    return cond is None or (cond.get("status"), cond.get("reason"), cond.get("message")) != (
+        status, why.reason, why.message)
+
+
+class Explainer:
+    """Writes conditions and Events, within a per-cycle budget."""
+
+    def __init__(self, *, api: ClusterApi, clock: Callable[[], datetime],
+                 record: Callable[[Obj], object], identity: str) -> None:
+        self.api = api
+        self.clock = clock
+        self.record = record
+        self.identity = identity
+
+    def tell(self, pods: Iterable[tuple[Obj, Why]], budget: int) -> int:
+        """Write the condition (and an Event) on each pod whose message changed; returns how
+        many pods were written."""
+        written = 0
+        for pod, why in pods:
+            if written >= budget:
+                break
+            if not needs_update(pod, why):
+                continue
+            try:
+                self._write(pod, why)
+            except ApiError as exc:
+                log.warning("explaining %s: %s", tr.pod_key(pod), exc)
+                continue
+            written += 1
+        return written
+
+    def _write(self, pod: Obj, why: Why) -> None:
+        m = tr.meta(pod)
+        now = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        cond = {"type": keys.CONDITION_WAITING, "status": "True" if why.waiting else "False",
+                "reason": why.reason, "message": why.message, "lastTransitionTime": now}
+        new = self.api.set_pod_condition(m["namespace"], m["name"], cond)
+        self.record(new)
+        self.api.create_event(m["namespace"], {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{m['name']}.", "namespace": m["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": m["name"],
+                               "namespace": m["namespace"], "uid": m.get("uid")},
+            "reason": why.reason, "message": why.message,
+            "type": "Warning" if why.warning else "Normal",
+            "source": {"component": keys.EVENT_COMPONENT},
+            "reportingComponent": keys.EVENT_COMPONENT, "reportingInstance": self.identity,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        })

@@ -1,0 +1,120 @@
+"""The controller's picture of the cluster: the nodes and the pods that matter, as API JSON.
+
+Fed by the watches (and by the release itself, which records each object the API server
+returns so the next cycle sees its own writes before the watch echoes them). Thread-safe: the
+watch threads write, the cycle reads a consistent copy through :meth:`Inventory.view`.
+
+A pod matters when it holds or may soon hold resources (bound to a node, or released by Berth
+and not yet bound) or waits behind Berth's gate. Finished and deleted pods are dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from admission import constants as c
+from admission.controller.translate import Obj, has_berth_gate, is_finished, meta, pod_key, spec
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """A consistent copy taken under the lock: the cycle works on this, never on live maps."""
+
+    nodes: Mapping[str, Obj]
+    pods: Mapping[str, Obj]
+    version: int
+
+
+def _rv(obj: Obj) -> int:
+    try:
+        return int(meta(obj).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class Inventory:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[str, Obj] = {}
+        self._pods: dict[str, Obj] = {}
+        self._version = 0  # bumped on every change, so the fast path can tell news from noise
+
+    # ---------------------------------------------------------------- pods
+    @staticmethod
+    def pod_matters(pod: Obj) -> bool:
+        if is_finished(pod) or meta(pod).get("deletionTimestamp"):
+            return False
+        return bool(spec(pod).get("nodeName")) or has_berth_gate(pod) or _berth_released(pod)
+
+    def apply_pod(self, event: str, pod: Obj) -> bool:
+        """Record a watch event (ADDED, MODIFIED, DELETED) or an object the API returned.
+        Returns True when the inventory changed."""
+        key = pod_key(pod)
+        with self._lock:
+            old = self._pods.get(key)
+            if event == "DELETED" or not self.pod_matters(pod):
+                if old is None:
+                    return False
+                if event == "DELETED" and meta(old).get("uid") != meta(pod).get("uid"):
+                    return False
+                del self._pods[key]
+            else:
+                # Ignore stale echoes of an object the release already recorded.
+                if old is not None and meta(old).get("uid") == meta(pod).get("uid") \
+                        and _rv(old) > _rv(pod):
+                    return False
+                self._pods[key] = pod
+            self._version += 1
+            return True
+
+    def replace_pods(self, pods: list[Obj]) -> None:
+        """A full relist (start-up, resync, or a watch that expired)."""
+        fresh = {pod_key(p): p for p in pods if self.pod_matters(p)}
+        with self._lock:
+            self._pods = fresh
+            self._version += 1
+
+    # ---------------------------------------------------------------- nodes
+    def apply_node(self, event: str, node: Obj) -> bool:
+        name = meta(node).get("name", "")
+        with self._lock:
+            if event == "DELETED":
+                if self._nodes.pop(name, None) is None:
+                    return False
+            else:
+                old = self._nodes.get(name)
+                if old is not None and _rv(old) > _rv(node):
+                    return False
+                self._nodes[name] = node
+            self._version += 1
+            return True
+
+    def replace_nodes(self, nodes: list[Obj]) -> None:
+        fresh = {meta(n).get("name", ""): n for n in nodes}
+        with self._lock:
+            self._nodes = fresh
+            self._version += 1
+
+    # ---------------------------------------------------------------- reading
+    def view(self) -> View:
+        with self._lock:
+            return View(dict(self._nodes), dict(self._pods), self._version)
+
+    def pod(self, key: str) -> Obj | None:
+        with self._lock:
+            return self._pods.get(key)
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def counts(self) -> dict[str, Any]:
+        with self._lock:
+            return {"nodes": len(self._nodes), "pods": len(self._pods)}
+
+
+def _berth_released(pod: Obj) -> bool:
+    return bool((meta(pod).get("annotations") or {}).get(c.ANNOTATION_ASSIGNED_NODE))

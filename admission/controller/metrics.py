@@ -1,0 +1,43 @@
+"""The controller's Prometheus metrics, on a registry of their own (tests get a fresh one).
+
+Names and labels are what config/dashboards/berth.json plots; change both together.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PHASE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.pending_gangs = Gauge("berth_pending_gangs", "Gangs waiting behind Berth's gate",
+                                   ["tenant", "state"], registry=r)
+        self.pending_gpus = Gauge("berth_pending_gpus", "GPUs the waiting complete gangs ask for",
+                                  ["tenant"], registry=r)
+        self.cycles = Counter("berth_cycles", "Batch cycles run", registry=r)
+        self.phase_seconds = Histogram("berth_cycle_phase_seconds", "Time per cycle phase",
+                                       ["phase"], buckets=PHASE_BUCKETS, registry=r)
+        self.solver_status = Counter("berth_solver_status", "Plans by solver status",
+                                     ["solver", "status"], registry=r)
+        self.solver_gap = Gauge("berth_solver_gap", "Relative gap between objective and bound "
+                                "of the last plan", registry=r)
+        self.solver_seconds = Gauge("berth_solver_seconds", "Wall time of the last solve",
+                                    registry=r)
+        self.release_latency = Histogram(
+            "berth_release_latency_seconds", "Time from pod creation to Berth's release",
+            ["tenant", "qos_class", "path"], buckets=LATENCY_BUCKETS, registry=r)
+        self.releases = Counter("berth_releases", "Gangs released", ["tenant", "path"],
+                                registry=r)
+        self.release_failures = Counter("berth_release_failures", "Gang releases that failed",
+                                        ["step"], registry=r)
+        self.plans_rejected = Counter("berth_plans_rejected", "Plans the checker refused",
+                                      registry=r)
+        self.gang_timeouts = Counter("berth_gang_timeouts", "Gangs whose pods never all arrived",
+                                     ["tenant"], registry=r)
+        self.leader = Gauge("berth_leader", "1 while this replica holds the lease", registry=r)
+        self.inventory = Gauge("berth_inventory_objects", "Objects in the inventory", ["kind"],
+                               registry=r)

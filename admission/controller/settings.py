@@ -1,0 +1,60 @@
+"""What the controller reads from the policy, resolved once per policy version.
+
+The cycle and the release never look at the pydantic policy directly: they take a
+:class:`Settings`, which tests build in a line and :func:`from_policy` builds from the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from admission.policy import Policy, to_solver
+from solver.types import SolverPolicy, Tenant
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    tenants: tuple[Tenant, ...] = ()
+    solver_policy: SolverPolicy = field(default_factory=SolverPolicy)
+    # topology level -> node label naming the node's domain (levels other than nvlink, node)
+    topology_labels: Mapping[str, str] = field(default_factory=dict)
+    window_seconds: float = 10.0
+    gang_timeout_seconds: float = 600.0
+    fast_path_classes: frozenset[str] = frozenset()
+    solver: str = "cpsat"
+    time_limit_seconds: float = 5.0
+    seed: int = 0
+    backend: str = "standalone"  # standalone | kueue | volcano
+    queues: Mapping[str, str] = field(default_factory=dict)  # tenant -> backend queue
+    # Most pod condition updates and events the controller writes per cycle, so that 10,000
+    # waiting pods do not turn one cycle into 10,000 writes; the rest follow in later cycles.
+    explain_budget: int = 500
+
+    def tenant(self, name: str) -> Tenant | None:
+        for t in self.tenants:
+            if t.name == name:
+                return t
+        return None
+
+
+def from_policy(policy: Policy) -> Settings:
+    solver_policy, tenants = to_solver(policy)
+    topo = {lv.name: lv.node_label for lv in policy.topology.levels
+            if lv.node_label and lv.name not in ("nvlink", "node")}
+    queues = {}
+    for t in policy.tenants:
+        q = policy.queue_for(t)
+        if q:
+            queues[t.name] = q
+    return Settings(
+        tenants=tenants,
+        solver_policy=solver_policy,
+        topology_labels=topo,
+        window_seconds=policy.batch.window_seconds,
+        gang_timeout_seconds=policy.batch.gang_timeout_seconds,
+        fast_path_classes=frozenset(policy.batch.fast_path_classes),
+        time_limit_seconds=policy.solver.time_limit_seconds,
+        backend=policy.release.backend,
+        queues=queues,
+    )

@@ -1,0 +1,179 @@
+"""From the inventory to one immutable :class:`solver.types.Snapshot`, and the gang bookkeeping
+the cycle needs around it.
+
+Pods are sorted into gangs and each gang into one state:
+
+- ``pending``: every pod exists and waits behind Berth's gate: the solver decides it.
+- ``incomplete``: some pods have not arrived; it waits (and times out after the policy's
+  gang timeout), never reaching the solver.
+- ``finishing``: every pod carries the same plan id, so a release was under way (this
+  controller's or a crashed one's): it is finished without solving again.
+- ``broken``: a pod carries a value Berth cannot read; its pods are told why.
+
+What holds capacity (:class:`solver.types.Running`): pods bound to a node, pods Berth released
+that are not bound yet (their recorded node and GPUs), and the pods of finishing gangs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from admission.controller import translate as tr
+from admission.controller.inventory import View
+from admission.controller.settings import Settings
+from admission.controller.translate import Obj, TranslationError
+from solver.types import Gang, Node, PodRequest, ProblemError, Running, Snapshot
+
+
+@dataclass(slots=True)
+class GangInfo:
+    key: str  # namespace/gang
+    tenant: str
+    size: int
+    gated: list[Obj] = field(default_factory=list)  # pods still behind Berth's gate
+    released: list[Obj] = field(default_factory=list)  # pods of the gang Berth already released
+    first_created: datetime | None = None
+    state: str = "pending"  # pending | incomplete | finishing | broken
+    plan: str | None = None  # the plan id all pods carry (finishing)
+    error: str | None = None
+    gang: Gang | None = None  # the solver's view (pending)
+
+    @property
+    def pods(self) -> list[Obj]:
+        return self.gated + self.released
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.size - len(self.pods))
+
+    def qos_classes(self) -> set[str]:
+        return {q for p in self.gated if (q := tr.qos_class(p))}
+
+
+@dataclass(slots=True)
+class Built:
+    snapshot: Snapshot
+    gangs: dict[str, GangInfo]
+    nodes: dict[str, Node]
+    node_errors: dict[str, str]
+
+    def by_state(self, state: str) -> list[GangInfo]:
+        return [g for g in self.gangs.values() if g.state == state]
+
+
+def build_nodes(view: View, settings: Settings) -> tuple[dict[str, Node], dict[str, str]]:
+    nodes: dict[str, Node] = {}
+    errors: dict[str, str] = {}
+    for name, obj in sorted(view.nodes.items()):
+        try:
+            nodes[name] = tr.node_from_api(obj, settings.topology_labels)
+        except (TranslationError, ValueError) as exc:
+            errors[name] = str(exc)
+    return nodes, errors
+
+
+def group_gangs(view: View) -> dict[str, GangInfo]:
+    gangs: dict[str, GangInfo] = {}
+    for pod in view.pods.values():
+        gated = tr.has_berth_gate(pod)
+        if not gated and not tr.annotations(pod).get(tr.c.ANNOTATION_ASSIGNED_NODE):
+            continue  # not Berth's
+        key = tr.gang_name(pod)
+        info = gangs.get(key)
+        if info is None:
+            info = gangs[key] = GangInfo(key=key, tenant=tr.tenant(pod), size=1)
+        try:
+            info.size = max(info.size, tr.gang_size(pod))
+        except TranslationError as exc:
+            info.state, info.error = "broken", str(exc)
+        (info.gated if gated else info.released).append(pod)
+        created = tr.created_at(pod)
+        if created and (info.first_created is None or created < info.first_created):
+            info.first_created = created
+    # Released-only gangs are history; only gangs with a gated pod are decided here.
+    return {k: g for k, g in gangs.items() if g.gated}
+
+
+def classify(info: GangInfo) -> None:
+    if info.state == "broken":
+        return
+    plans = {tr.plan_id(p) for p in info.gated}
+    if len(plans) == 1 and None not in plans and all(tr.assigned_shares(p) for p in info.gated):
+        (plan,) = plans
+        same = [p for p in info.pods if tr.plan_id(p) == plan]
+        if len(same) >= info.size:
+            info.state, info.plan = "finishing", plan
+            return
+    info.state = "incomplete" if info.missing else "pending"
+
+
+def to_gang(info: GangInfo, now: datetime, settings: Settings) -> Gang:
+    pods = sorted(info.gated, key=tr.pod_key)
+    requests: list[PodRequest] = [tr.pod_request(p) for p in pods]
+    topo = None
+    for p in pods:
+        topo = topo or tr.topology_requirement(p)
+    wait = (now - info.first_created).total_seconds() if info.first_created else 0.0
+    tenant = settings.tenant(info.tenant)
+    if settings.tenants and tenant is None:
+        raise TranslationError(f"tenant {info.tenant!r} is not in the policy")
+    return Gang(name=info.key, tenant=info.tenant, pods=tuple(requests),
+                priority=max(tr.priority(p) for p in pods), wait_seconds=max(0.0, wait),
+                topology=topo)
+
+
+def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo]) -> list[Running]:
+    """Everything that holds capacity now or is about to."""
+    out: list[Running] = []
+    taken: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    finishing_keys = {tr.pod_key(p) for g in finishing for p in g.gated}
+    berth_first = sorted(view.pods.values(),
+                         key=lambda p: (tr.assigned_shares(p) is None, tr.pod_key(p)))
+    for pod in berth_first:
+        key = tr.pod_key(pod)
+        gated = tr.has_berth_gate(pod)
+        if gated and key not in finishing_keys:
+            continue
+        node_name = tr.spec(pod).get("nodeName")
+        if not node_name:
+            assigned = tr.assigned_shares(pod)
+            if assigned is None:
+                continue
+            node_name = assigned[0]
+        node = nodes.get(node_name)
+        if node is None:
+            continue
+        try:
+            r = tr.running_from_pod(pod, node, taken[node.name])
+        except (TranslationError, ValueError):
+            continue
+        for s in r.gpus:
+            taken[node.name][s.index] += s.milli
+        out.append(r)
+    return out
+
+
+def build(view: View, settings: Settings, now: datetime) -> Built:
+    """Nodes, gangs by state and the snapshot of the pending gangs."""
+    nodes, node_errors = build_nodes(view, settings)
+    gangs = group_gangs(view)
+    for info in gangs.values():
+        classify(info)
+    finishing = [g for g in gangs.values() if g.state == "finishing"]
+    running = holding(view, nodes, finishing)
+    solvable: list[Gang] = []
+    for info in sorted(gangs.values(), key=lambda g: g.key):
+        if info.state != "pending":
+            continue
+        try:
+            info.gang = to_gang(info, now, settings)
+            solvable.append(info.gang)
+        except (TranslationError, ProblemError) as exc:
+            info.state, info.error = "broken", str(exc)
+    snapshot = Snapshot(nodes=tuple(nodes.values()), gangs=tuple(solvable),
+                        running=tuple(running), tenants=settings.tenants,
+                        policy=settings.solver_policy)
+    return Built(snapshot=snapshot, gangs=gangs, nodes=nodes, node_errors=node_errors)

@@ -1,0 +1,77 @@
+"""The solver, kept off the event loop and the watch threads: a worker process with a deadline.
+
+CP-SAT holds the GIL for seconds on a large window, so it runs in a
+:class:`concurrent.futures.ProcessPoolExecutor` child. The solver's own time limit bounds the
+search; the deadline here (limit plus a grace for pickling the snapshot and building the model)
+bounds everything else. If the child does not answer in time or dies, the pool is replaced and
+the cycle gets an empty plan that defers every gang with the reason, so nothing is released on a
+guess and the next window tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
+
+from solver.plan import Deferred, Plan, SolveStats
+from solver.types import Snapshot
+
+log = logging.getLogger(__name__)
+
+
+def solve_snapshot(snapshot: Snapshot, solver: str, time_limit: float, seed: int) -> Plan:
+    """Runs in the worker process."""
+    from solver.api import solve
+
+    return solve(snapshot, solver=solver, time_limit=time_limit, seed=seed)
+
+
+def nothing_admitted(snapshot: Snapshot, solver: str, why: str, seconds: float) -> Plan:
+    return Plan(admitted=(), deferred=tuple(Deferred(g.name, why) for g in snapshot.gangs),
+                stats=SolveStats(solver=solver, status="NO_ANSWER", wall_seconds=seconds))
+
+
+class WorkerSolver:
+    """Callable ``snapshot -> Plan`` that solves in a child process."""
+
+    def __init__(self, *, solver: str = "cpsat", time_limit: float = 5.0, seed: int = 0,
+                 grace_seconds: float = 10.0) -> None:
+        self.solver = solver
+        self.time_limit = time_limit
+        self.seed = seed
+        self.grace = grace_seconds
+        self._pool: Executor | None = None
+
+    def _executor(self) -> Executor:
+        if self._pool is None:
+            # spawn: the parent runs watch threads; forking a threaded process is unsafe.
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"))
+        return self._pool
+
+    def __call__(self, snapshot: Snapshot) -> Plan:
+        if not snapshot.gangs:
+            return Plan(admitted=(), deferred=(),
+                        stats=SolveStats(solver=self.solver, status="EMPTY", wall_seconds=0.0))
+        start = time.monotonic()
+        fut = self._executor().submit(solve_snapshot, snapshot, self.solver, self.time_limit,
+                                      self.seed)
+        try:
+            return fut.result(timeout=self.time_limit + self.grace)
+        except (FutureTimeout, BrokenProcessPool) as exc:
+            log.error("solver worker gave no plan (%s); replacing it", type(exc).__name__)
+            self.close(kill=True)
+            return nothing_admitted(snapshot, self.solver, "the solver did not answer in time; "
+                                    "retrying next window", time.monotonic() - start)
+
+    def close(self, kill: bool = False) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if kill and isinstance(pool, ProcessPoolExecutor):
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.kill()  # only this pool's own children
+        pool.shutdown(wait=not kill, cancel_futures=True)

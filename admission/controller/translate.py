@@ -1,0 +1,372 @@
+"""Pure translation of API objects (pod and node JSON as the API server returns them) into the
+solver's problem types.
+
+Pure on purpose: the watch code hands plain dicts here, the unit tests hand recorded JSON, and
+nothing in this module talks to a cluster. Anything a pod or node already says about where a pod
+may go (node selector, required node affinity, tolerations against taints, cordon, readiness) is
+carried into the snapshot so that a released pod is always schedulable where Berth put it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from admission import constants as c
+from admission.controller import keys, quantity
+from solver.types import (
+    GPU,
+    MILLI,
+    GpuShare,
+    Node,
+    NodeSelectorRequirement,
+    PodRequest,
+    Running,
+    Taint,
+    Toleration,
+    TopologyMode,
+    TopologyRequirement,
+)
+
+Obj = Mapping[str, Any]
+
+
+class TranslationError(ValueError):
+    """An object carries a value Berth cannot read; the message names the object and field."""
+
+
+# --------------------------------------------------------------------------------------------
+# Small readers
+# --------------------------------------------------------------------------------------------
+
+
+def meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+def spec(obj: Obj) -> Obj:
+    return obj.get("spec") or {}
+
+
+def labels(obj: Obj) -> Mapping[str, str]:
+    return meta(obj).get("labels") or {}
+
+
+def annotations(obj: Obj) -> Mapping[str, str]:
+    return meta(obj).get("annotations") or {}
+
+
+def pod_key(pod: Obj) -> str:
+    m = meta(pod)
+    return f"{m.get('namespace', 'default')}/{m.get('name', '')}"
+
+
+def gate_names(pod: Obj) -> list[str]:
+    return [g.get("name", "") for g in spec(pod).get("schedulingGates") or []]
+
+
+def has_berth_gate(pod: Obj) -> bool:
+    return c.SCHEDULING_GATE in gate_names(pod)
+
+
+def is_finished(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def created_at(obj: Obj) -> datetime | None:
+    ts = meta(obj).get("creationTimestamp")
+    if not ts:
+        return None
+    if isinstance(ts, datetime):
+        return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+    return datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+
+
+def _int_annotation(pod: Obj, key: str, default: int) -> int:
+    raw = annotations(pod).get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise TranslationError(
+            f"pod {pod_key(pod)}: annotation {key}={raw!r} is not an integer"
+        ) from None
+
+
+def _read(path: str, fn: Any, value: Any, where: str) -> int:
+    try:
+        return int(fn(value))
+    except quantity.QuantityError as exc:
+        raise TranslationError(f"{where}: {path}: {exc}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Pods
+# --------------------------------------------------------------------------------------------
+
+
+def _container_requests(container: Obj, where: str) -> tuple[int, int]:
+    res = container.get("resources") or {}
+    # The API server defaults requests to limits for a resource that only has a limit.
+    merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+    cpu = _read("cpu", quantity.milli, merged["cpu"], where) if "cpu" in merged else 0
+    mem = _read("memory", quantity.mib, merged["memory"], where) if "memory" in merged else 0
+    return cpu, mem
+
+
+def pod_cpu_memory(pod: Obj) -> tuple[int, int]:
+    """Effective CPU (milli) and memory (MiB) requests as the scheduler counts them: the sum of
+    the containers, or the largest init container if larger, plus the pod overhead."""
+    where = f"pod {pod_key(pod)}"
+    s = spec(pod)
+    cpu = mem = 0
+    for ctr in s.get("containers") or []:
+        a, b = _container_requests(ctr, where)
+        cpu, mem = cpu + a, mem + b
+    for ctr in s.get("initContainers") or []:
+        a, b = _container_requests(ctr, where)
+        cpu, mem = max(cpu, a), max(mem, b)
+    overhead = s.get("overhead") or {}
+    if "cpu" in overhead:
+        cpu += _read("overhead.cpu", quantity.milli, overhead["cpu"], where)
+    if "memory" in overhead:
+        mem += _read("overhead.memory", quantity.mib, overhead["memory"], where)
+    return cpu, mem
+
+
+def pod_gpu_resource(pod: Obj) -> int:
+    """Whole GPUs in the containers' ``nvidia.com/gpu`` limits (extended resources: limit ==
+    request)."""
+    total = 0
+    for ctr in spec(pod).get("containers") or []:
+        res = ctr.get("resources") or {}
+        raw = (res.get("limits") or {}).get(c.RESOURCE_GPU) or (res.get("requests") or {}).get(
+            c.RESOURCE_GPU
+        )
+        if raw is not None:
+            total += _read(c.RESOURCE_GPU, quantity.count, raw, f"pod {pod_key(pod)}")
+    return total
+
+
+def pod_gpu_demand(pod: Obj) -> tuple[int, int, int]:
+    """(gpu_count, milli per GPU, GPU memory MiB): the webhook's normalised annotations when
+    present, else whole GPUs from the resources."""
+    ann = annotations(pod)
+    if c.ANNOTATION_GPU_COUNT in ann or c.ANNOTATION_GPU_MILLI in ann:
+        count = _int_annotation(pod, c.ANNOTATION_GPU_COUNT, 1)
+        per = _int_annotation(pod, c.ANNOTATION_GPU_MILLI, MILLI) if count else 0
+        memory = _int_annotation(pod, c.ANNOTATION_GPU_MEMORY_MIB, 0)
+        return count, per, memory
+    count = pod_gpu_resource(pod)
+    return count, (MILLI if count else 0), 0
+
+
+def tolerations(pod: Obj) -> tuple[Toleration, ...]:
+    out = []
+    for t in spec(pod).get("tolerations") or []:
+        op = t.get("operator") or "Equal"  # the API server's default
+        out.append(Toleration(key=t.get("key") or "", operator=op, value=t.get("value") or "",
+                              effect=t.get("effect") or ""))
+    return tuple(out)
+
+
+def required_affinity(pod: Obj) -> tuple[tuple[NodeSelectorRequirement, ...], ...]:
+    """Required node affinity as terms (ORed) of requirements (ANDed); ``matchFields`` on
+    ``metadata.name`` become requirements on :data:`keys.FIELD_NODE_NAME`."""
+    aff = ((spec(pod).get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = []
+    for term in aff.get("nodeSelectorTerms") or []:
+        reqs = [
+            NodeSelectorRequirement(r["key"], r["operator"], tuple(r.get("values") or ()))
+            for r in (term.get("matchExpressions") or [])
+        ]
+        reqs += [
+            NodeSelectorRequirement(keys.FIELD_NODE_NAME, r["operator"],
+                                    tuple(r.get("values") or ()))
+            for r in (term.get("matchFields") or [])
+        ]
+        terms.append(tuple(reqs))
+    return tuple(terms)
+
+
+def pod_models(pod: Obj) -> frozenset[str]:
+    raw = annotations(pod).get(c.ANNOTATION_ALLOWED_MODELS, "")
+    return frozenset(m.strip() for m in raw.split(",") if m.strip())
+
+
+def qos_class(pod: Obj) -> str | None:
+    return labels(pod).get(c.LABEL_QOS_CLASS) or annotations(pod).get(c.ANNOTATION_QOS_CLASS)
+
+
+def pod_request(pod: Obj) -> PodRequest:
+    """The pod as the solver sees it, named ``namespace/name`` to be unique cluster-wide."""
+    cpu, mem = pod_cpu_memory(pod)
+    count, per, gpu_mem = pod_gpu_demand(pod)
+    try:
+        return PodRequest(
+            name=pod_key(pod), cpu_milli=cpu, memory_mib=mem, gpu_count=count, gpu_milli=per,
+            gpu_memory_mib=gpu_mem, models=pod_models(pod), qos_class=qos_class(pod),
+            node_selector=dict(spec(pod).get("nodeSelector") or {}),
+            affinity=required_affinity(pod), tolerations=tolerations(pod),
+        )
+    except ValueError as exc:
+        raise TranslationError(f"pod {pod_key(pod)}: {exc}") from None
+
+
+def topology_requirement(pod: Obj) -> TopologyRequirement | None:
+    raw = annotations(pod).get(c.ANNOTATION_TOPOLOGY, "").strip()
+    if not raw:
+        return None
+    mode, _, level = raw.rpartition(":")
+    if mode not in ("", "required", "preferred") or not level:
+        raise TranslationError(
+            f"pod {pod_key(pod)}: annotation {c.ANNOTATION_TOPOLOGY}={raw!r}: "
+            "write '<level>' or 'required:<level>'"
+        )
+    return TopologyRequirement(level, TopologyMode.REQUIRED if mode == "required"
+                               else TopologyMode.PREFERRED)
+
+
+def priority(pod: Obj) -> int:
+    if c.ANNOTATION_PRIORITY in annotations(pod):
+        return _int_annotation(pod, c.ANNOTATION_PRIORITY, 0)
+    return int(spec(pod).get("priority") or 0)
+
+
+def tenant(pod: Obj) -> str:
+    return labels(pod).get(c.LABEL_TENANT) or annotations(pod).get(c.ANNOTATION_TENANT) or (
+        meta(pod).get("namespace") or "default")
+
+
+def gang_name(pod: Obj) -> str:
+    """``namespace/gang``; a pod without a gang is a gang of one named after itself."""
+    ns = meta(pod).get("namespace") or "default"
+    name = annotations(pod).get(c.ANNOTATION_GANG_NAME) or labels(pod).get(c.LABEL_GANG)
+    return f"{ns}/{name}" if name else pod_key(pod)
+
+
+def gang_size(pod: Obj) -> int:
+    if not (annotations(pod).get(c.ANNOTATION_GANG_NAME) or labels(pod).get(c.LABEL_GANG)):
+        return 1
+    size = _int_annotation(pod, c.ANNOTATION_GANG_SIZE, 1)
+    if size < 1:
+        raise TranslationError(f"pod {pod_key(pod)}: {c.ANNOTATION_GANG_SIZE} must be >= 1")
+    return size
+
+
+# --------------------------------------------------------------------------------------------
+# Assignments (what Berth wrote at release)
+# --------------------------------------------------------------------------------------------
+
+
+def assigned_shares(pod: Obj) -> tuple[str, tuple[GpuShare, ...]] | None:
+    """(node, GPU shares) from Berth's assignment annotations, or None when absent or broken."""
+    ann = annotations(pod)
+    node = ann.get(c.ANNOTATION_ASSIGNED_NODE)
+    if not node:
+        return None
+    idx_raw = ann.get(c.ANNOTATION_ASSIGNED_GPUS, "")
+    milli_raw = ann.get(c.ANNOTATION_ASSIGNED_GPU_MILLI, "")
+    try:
+        idx = [int(x) for x in idx_raw.split(",") if x.strip()]
+        per = [int(x) for x in milli_raw.split(",") if x.strip()] or [MILLI] * len(idx)
+        if len(per) != len(idx):
+            return None
+        return node, tuple(GpuShare(i, m) for i, m in zip(idx, per, strict=True))
+    except ValueError:
+        return None
+
+
+def assignment_annotations(node: str, shares: tuple[GpuShare, ...], plan_id: str,
+                           at: str) -> dict[str, str]:
+    return {
+        c.ANNOTATION_ASSIGNED_NODE: node,
+        c.ANNOTATION_ASSIGNED_GPUS: ",".join(str(s.index) for s in shares),
+        c.ANNOTATION_ASSIGNED_GPU_MILLI: ",".join(str(s.milli) for s in shares),
+        c.ANNOTATION_ASSIGNED_AT: at,
+        c.ANNOTATION_PLAN: plan_id,
+    }
+
+
+def plan_id(pod: Obj) -> str | None:
+    return annotations(pod).get(c.ANNOTATION_PLAN) or None
+
+
+# --------------------------------------------------------------------------------------------
+# Nodes
+# --------------------------------------------------------------------------------------------
+
+
+def node_ready(node: Obj) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def node_gpus(node: Obj) -> tuple[GPU, ...]:
+    """GPUs from the allocatable ``nvidia.com/gpu`` count and the labels the node agent or GPU
+    Feature Discovery publish (model, memory per GPU)."""
+    name = meta(node).get("name", "")
+    status = node.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    raw = alloc.get(c.RESOURCE_GPU)
+    if raw is None:
+        return ()
+    n = _read(c.RESOURCE_GPU, quantity.count, raw, f"node {name}")
+    lab = labels(node)
+    model = lab.get(c.LABEL_GPU_PRODUCT) or "unknown"
+    try:
+        mem = int(lab.get(keys.LABEL_GPU_MEMORY, "0") or 0)
+    except ValueError:
+        mem = 0
+    return tuple(GPU(index=i, model=model, memory_mib=mem) for i in range(n))
+
+
+def node_from_api(node: Obj, topology_keys: Mapping[str, str]) -> Node:
+    """``topology_keys`` maps a topology level (``rack``) to the node label that names it."""
+    m = meta(node)
+    name = m.get("name", "")
+    status = node.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    where = f"node {name}"
+    cpu = _read("cpu", quantity.milli, alloc.get("cpu", 0), where)
+    mem = _read("memory", quantity.mib, alloc.get("memory", 0), where)
+    lab = dict(labels(node))
+    taints = tuple(
+        Taint(t["key"], t.get("value") or "", t.get("effect") or "NoSchedule")
+        for t in spec(node).get("taints") or []
+    )
+    topo = {level: lab[key] for level, key in topology_keys.items() if key in lab}
+    lab[keys.FIELD_NODE_NAME] = name
+    try:
+        return Node(
+            name=name, cpu_milli=cpu, memory_mib=mem, gpus=node_gpus(node), labels=lab,
+            taints=taints, topology=topo, schedulable=not spec(node).get("unschedulable", False),
+            ready=node_ready(node),
+        )
+    except ValueError as exc:
+        raise TranslationError(f"{where}: {exc}") from None
+
+
+def running_from_pod(pod: Obj, node: Node, taken: Mapping[int, int]) -> Running:
+    """What a pod holds on ``node``: Berth's recorded shares, or for a pod Berth did not place,
+    whole GPUs on the indexes with most room left (``taken``: milli already held per index)."""
+    cpu, mem = pod_cpu_memory(pod)
+    assigned = assigned_shares(pod)
+    shares: tuple[GpuShare, ...]
+    valid = {g.index for g in node.gpus}
+    if assigned is not None and assigned[0] == node.name and all(
+        s.index in valid for s in assigned[1]
+    ):
+        shares = assigned[1]
+    else:
+        want = pod_gpu_resource(pod)
+        order = sorted(valid, key=lambda i: (taken.get(i, 0), i))
+        shares = tuple(GpuShare(i, MILLI) for i in order[:want])
+    return Running(name=pod_key(pod), node=node.name, cpu_milli=cpu, memory_mib=mem,
+                   gpus=shares, tenant=labels(pod).get(c.LABEL_TENANT), qos_class=qos_class(pod))

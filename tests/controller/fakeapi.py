@@ -1,0 +1,202 @@
+"""An in-memory API server for the controller's unit tests.
+
+It stores pods, nodes, events, leases and custom objects as JSON, bumps resourceVersion on each
+write, applies JSON patches with its own applier (independent of the controller's) and enforces
+the API server's update rules for pods that matter here: KEP-3838 (a gated pod's scheduling
+directives may only be tightened; gates never added) and immutability of everything else in the
+spec. Failure injection: ``fail_after`` makes the n-th following pod patch raise, to simulate a
+crash between the steps of a release.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from admission.controller.api import ApiError, Conflict, Json, NotFound
+
+
+class Crash(Exception):
+    """Raised by an injected failure: the controller 'dies' here."""
+
+
+def _unescape(part: str) -> str:
+    return part.replace("~1", "/").replace("~0", "~")
+
+
+def json_patch(doc: Json, ops: list[Json]) -> Json:
+    out = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [_unescape(p) for p in op["path"].lstrip("/").split("/")]
+        target: Any = out
+        for p in parents:
+            target = target[int(p)] if isinstance(target, list) else target[p]
+        name = op["op"]
+        if name == "test":
+            value = target[int(last)] if isinstance(target, list) else target.get(last)
+            if value != op["value"]:
+                raise Conflict(422, f"the server rejected our request due to an error in our "
+                                    f"request: test at {op['path']} failed")
+        elif name == "add" and isinstance(target, list):
+            target.insert(len(target) if last == "-" else int(last), copy.deepcopy(op["value"]))
+        elif name in ("add", "replace"):
+            if isinstance(target, list):
+                target[int(last)] = copy.deepcopy(op["value"])
+            else:
+                target[last] = copy.deepcopy(op["value"])
+        elif name == "remove":
+            if isinstance(target, list):
+                del target[int(last)]
+            else:
+                del target[last]
+        else:
+            raise ApiError(400, f"bad op {name}")
+    return out
+
+
+def _terms(pod: Json) -> list[Json] | None:
+    req = (((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+           .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    return None if req is None else req.get("nodeSelectorTerms", [])
+
+
+def validate_pod_update(old: Json, new: Json) -> None:
+    """The API server's rules for a pod update, as far as the controller can trip them."""
+    o, n = old["spec"], new["spec"]
+    gated = bool(o.get("schedulingGates"))
+    old_gates = [g["name"] for g in o.get("schedulingGates") or []]
+    for g in n.get("schedulingGates") or []:
+        if g["name"] not in old_gates:
+            raise ApiError(422, "spec.schedulingGates: Forbidden: only deletion is allowed")
+    mutable = {"schedulingGates", "nodeSelector", "affinity", "tolerations"} if gated else set()
+    for key in set(o) | set(n):
+        if key not in mutable and key != "schedulingGates" and o.get(key) != n.get(key):
+            raise ApiError(422, f"spec: Forbidden: pod updates may not change fields other than "
+                                f"... ({key})")
+    if not gated:
+        return
+    for k, v in (o.get("nodeSelector") or {}).items():
+        if (n.get("nodeSelector") or {}).get(k) != v:
+            raise ApiError(422, "spec.nodeSelector: Invalid value: only additions")
+    ot, nt = _terms(old), _terms(new)
+    if ot is not None:
+        if nt is None or len(nt) != len(ot):
+            raise ApiError(422, "spec.affinity...nodeSelectorTerms: terms may not change")
+        for a, b in zip(ot, nt, strict=True):
+            for part in ("matchExpressions", "matchFields"):
+                before, after = a.get(part) or [], b.get(part) or []
+                if after[: len(before)] != before:
+                    raise ApiError(422, f"spec.affinity...{part}: only additions")
+    ol, nl = o.get("tolerations") or [], n.get("tolerations") or []
+    if nl[: len(ol)] != ol:
+        raise ApiError(422, "spec.tolerations: only additions")
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.pods: dict[str, Json] = {}
+        self.nodes: dict[str, Json] = {}
+        self.events: list[Json] = []
+        self.leases: dict[str, Json] = {}
+        self.custom: dict[tuple[str, str, str], Json] = {}
+        self.patches: list[tuple[str, list[Json]]] = []
+        self._rv = itertools.count(1000)
+        self.fail_after: int | None = None  # the n-th next pod patch crashes
+
+    # -------------------------------------------------------------- helpers for tests
+    def _bump(self, obj: Json) -> Json:
+        obj["metadata"]["resourceVersion"] = str(next(self._rv))
+        return obj
+
+    def add_pod(self, pod: Json) -> Json:
+        pod = copy.deepcopy(pod)
+        m = pod["metadata"]
+        m.setdefault("namespace", "default")
+        m.setdefault("uid", f"uid-{m['namespace']}-{m['name']}")
+        self.pods[f"{m['namespace']}/{m['name']}"] = self._bump(pod)
+        return copy.deepcopy(pod)
+
+    def add_node(self, node: Json) -> Json:
+        node = copy.deepcopy(node)
+        self.nodes[node["metadata"]["name"]] = self._bump(node)
+        return copy.deepcopy(node)
+
+    def bind(self, key: str, node: str) -> None:
+        """What the scheduler does once the gates are gone."""
+        pod = self.pods[key]
+        assert not pod["spec"].get("schedulingGates"), f"{key} is still gated"
+        pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": "Running"}
+        self._bump(pod)
+
+    # -------------------------------------------------------------- the ClusterApi protocol
+    def list_pods(self) -> tuple[list[Json], str]:
+        return [copy.deepcopy(p) for p in self.pods.values()], str(next(self._rv))
+
+    def watch_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, Json]]:
+        return iter(())
+
+    def list_nodes(self) -> tuple[list[Json], str]:
+        return [copy.deepcopy(n) for n in self.nodes.values()], str(next(self._rv))
+
+    def watch_nodes(self, resource_version: str,
+                    timeout_seconds: int) -> Iterator[tuple[str, Json]]:
+        return iter(())
+
+    def get_pod(self, namespace: str, name: str) -> Json | None:
+        pod = self.pods.get(f"{namespace}/{name}")
+        return copy.deepcopy(pod) if pod else None
+
+    def patch_pod(self, namespace: str, name: str, ops: list[Json]) -> Json:
+        key = f"{namespace}/{name}"
+        if self.fail_after is not None:
+            if self.fail_after == 0:
+                self.fail_after = None
+                raise Crash(f"injected crash before patching {key}")
+            self.fail_after -= 1
+        old = self.pods.get(key)
+        if old is None:
+            raise NotFound(404, f'pods "{name}" not found')
+        new = json_patch(old, ops)
+        validate_pod_update(old, new)
+        self.patches.append((key, ops))
+        self.pods[key] = self._bump(new)
+        return copy.deepcopy(new)
+
+    def set_pod_condition(self, namespace: str, name: str, condition: Json) -> Json:
+        pod = self.pods[f"{namespace}/{name}"]
+        conds = pod.setdefault("status", {}).setdefault("conditions", [])
+        conds[:] = [c for c in conds if c["type"] != condition["type"]] + [condition]
+        return copy.deepcopy(self._bump(pod))
+
+    def create_event(self, namespace: str, event: Json) -> None:
+        self.events.append(copy.deepcopy(event))
+
+    def get_lease(self, namespace: str, name: str) -> Json | None:
+        lease = self.leases.get(f"{namespace}/{name}")
+        return copy.deepcopy(lease) if lease else None
+
+    def create_lease(self, namespace: str, lease: Json) -> Json:
+        key = f"{namespace}/{lease['metadata']['name']}"
+        if key in self.leases:
+            raise Conflict(409, "already exists")
+        self.leases[key] = self._bump(copy.deepcopy(lease))
+        return copy.deepcopy(self.leases[key])
+
+    def replace_lease(self, namespace: str, name: str, lease: Json) -> Json:
+        key = f"{namespace}/{name}"
+        current = self.leases.get(key)
+        if current is None:
+            raise NotFound(404, "lease not found")
+        if lease["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise Conflict(409, "the object has been modified")
+        self.leases[key] = self._bump(copy.deepcopy(lease))
+        return copy.deepcopy(self.leases[key])
+
+    def apply_custom(self, group: str, version: str, plural: str, namespace: str,
+                     body: Json) -> Json:
+        key = (plural, namespace, body["metadata"]["name"])
+        self.custom[key] = copy.deepcopy(body)
+        return copy.deepcopy(body)
