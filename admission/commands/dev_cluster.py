@@ -1,0 +1,138 @@
+"""``berth dev-cluster up|down|status``: a local control plane with fake GPU nodes, for people.
+
+The same cluster the e2e suite runs against (see e2e/README.md): the upstream etcd,
+kube-apiserver, kube-controller-manager and kube-scheduler as processes on 127.0.0.1, and kwok
+keeping fake GPU nodes Ready. ``up`` returns once everything is healthy and leaves it running;
+``down`` stops it, from any shell, using the state recorded in the work directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+NAME = "dev-cluster"
+HELP = "Start, stop or inspect a local Kubernetes control plane with fake GPU nodes."
+
+
+def _default_dir() -> Path:
+    root = os.environ.get("BERTH_E2E_CACHE", str(Path.home() / ".cache" / "berth-e2e"))
+    return Path(root) / "dev-cluster"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="work directory: certs, kubeconfig, logs, state "
+                             "(default: $BERTH_E2E_CACHE/dev-cluster)")
+    sub = parser.add_subparsers(dest="dev_cluster_command", metavar="ACTION", required=True)
+    up = sub.add_parser("up", help="start the control plane and create fake GPU nodes")
+    up.add_argument("--blocks", type=int, default=1, help="blocks of racks (default 1)")
+    up.add_argument("--racks", type=int, default=2, help="racks per block (default 2)")
+    up.add_argument("--nodes", type=int, default=2, help="nodes per rack (default 2)")
+    up.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
+    up.add_argument("--nvlink-domains", type=int, default=1,
+                    help="NVLink domains per node, GPUs split evenly (default 1)")
+    up.add_argument("--gpu-product", default="NVIDIA-H100-80GB-HBM3",
+                    help="nvidia.com/gpu.product label of the nodes")
+    down = sub.add_parser("down", help="stop every process and delete the work directory")
+    down.add_argument("--keep-files", action="store_true",
+                      help="keep the work directory (logs, etcd data)")
+    sub.add_parser("status", help="say which components run and whether the API is ready")
+
+
+def _counts_ok(args: argparse.Namespace) -> None:
+    from admission.cli import UsageError
+
+    for flag in ("blocks", "racks", "nvlink_domains", "nodes", "gpus"):
+        value = getattr(args, flag)
+        if not 1 <= value <= 10_000:
+            raise UsageError(f"--{flag.replace('_', '-')} must be between 1 and 10000, "
+                             f"got {value}")
+
+
+def run(args: argparse.Namespace) -> int:
+    workdir: Path = (args.dir or _default_dir()).expanduser().resolve()
+    if args.dev_cluster_command == "up":
+        _counts_ok(args)
+        return _up(workdir, args)
+    if args.dev_cluster_command == "down":
+        return _down(workdir, keep=args.keep_files)
+    return _status(workdir)
+
+
+def _up(workdir: Path, args: argparse.Namespace) -> int:
+    from kubernetes import client, config
+
+    from admission.cli import UsageError
+    from admission.devcluster import (
+        DevCluster,
+        MissingBinary,
+        StartupError,
+        create_nodes,
+        gpu_fleet,
+    )
+    from admission.devcluster.cluster import STATE_FILE
+
+    if (workdir / STATE_FILE).exists():
+        old = DevCluster.load(workdir)
+        if any(old.running().values()):
+            raise UsageError(f"a cluster is already running in {workdir}; "
+                             f"run 'berth dev-cluster down' first")
+        old.wipe()
+    cluster = DevCluster(workdir=workdir, die_with_parent=False)
+    try:
+        cluster.start()
+    except MissingBinary as exc:
+        raise UsageError(str(exc)) from None
+    except StartupError as exc:
+        print(f"berth dev-cluster: {exc}")
+        print(f"logs kept in {cluster.log_dir}")
+        return 1
+    api = config.new_client_from_config(str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
+    nodes = gpu_fleet(blocks=args.blocks, racks_per_block=args.racks, nodes_per_rack=args.nodes,
+                      gpus_per_node=args.gpus, nvlink_domains_per_node=args.nvlink_domains,
+                      gpu_product=args.gpu_product)
+    create_nodes(client.CoreV1Api(api), nodes)
+    print(f"cluster up: {cluster.server}, {len(nodes)} fake GPU nodes "
+          f"({len(nodes) * args.gpus} x {args.gpu_product})")
+    print(f"logs: {cluster.log_dir}")
+    print(f"export KUBECONFIG={cluster.kubeconfig}")
+    return 0
+
+
+def _down(workdir: Path, *, keep: bool) -> int:
+    from admission.devcluster import DevCluster
+    from admission.devcluster.cluster import STATE_FILE
+
+    if not (workdir / STATE_FILE).exists():
+        print(f"no cluster recorded in {workdir}")
+        return 0
+    cluster = DevCluster.load(workdir)
+    if keep:
+        cluster.stop()
+        print(f"stopped; files kept in {workdir}")
+    else:
+        cluster.wipe()
+        print(f"stopped; removed {workdir}")
+    return 0
+
+
+def _status(workdir: Path) -> int:
+    from admission.devcluster import DevCluster
+    from admission.devcluster.cluster import STATE_FILE
+    from admission.devcluster.processes import http_ok, https_context
+
+    if not (workdir / STATE_FILE).exists():
+        print(f"no cluster recorded in {workdir}")
+        return 1
+    cluster = DevCluster.load(workdir)
+    running = cluster.running()
+    for name, alive in running.items():
+        print(f"{name:<26} {'running' if alive else 'STOPPED'}")
+    pki = cluster.pki
+    ready = http_ok(f"{cluster.server}/readyz",
+                    https_context(pki.ca_cert, pki.admin_cert, pki.admin_key))
+    print(f"{'apiserver /readyz':<26} {'ok' if ready else 'NOT READY'} ({cluster.server})")
+    print(f"export KUBECONFIG={cluster.kubeconfig}")
+    return 0 if ready and running and all(running.values()) else 1

@@ -1,0 +1,327 @@
+"""A real Kubernetes control plane as plain processes on 127.0.0.1.
+
+etcd -> kube-apiserver -> kube-controller-manager + kube-scheduler -> kwok, each started only
+when the one before is healthy, on ports the kernel picked free, with certificates made for this
+cluster alone. kwok plays the kubelets: it keeps the fake GPU nodes Ready (renewing their
+leases, so the node-lifecycle controller does not taint them) and moves pods bound to them to
+Running. Everything lives in one work directory (certs, kubeconfig, etcd data, logs, and a
+``state.json`` naming every process), so a cluster started by one command can be inspected and
+stopped by another.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import json
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from admission.devcluster import binaries, processes
+from admission.devcluster.pki import ClusterPki, write_cluster_pki
+from admission.devcluster.processes import ProcessRecord, StartupError
+
+STATE_FILE = "state.json"
+SERVICE_CIDR = "10.0.0.0/24"
+POD_CIDR = "10.244.0.0/16"
+KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: the kernel SIGKILLs it when its parent dies, so a test
+    run killed outright (SIGKILL, OOM) still leaves no control plane behind."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+@dataclass
+class Ports:
+    etcd_client: int = 0
+    etcd_peer: int = 0
+    apiserver: int = 0
+    controller_manager: int = 0
+    scheduler: int = 0
+    kwok: int = 0
+
+    @classmethod
+    def pick(cls) -> Ports:
+        # All are picked before anything starts so that no two components race for one port.
+        chosen: set[int] = set()
+        values = []
+        for _ in range(6):
+            p = processes.free_port()
+            while p in chosen:
+                p = processes.free_port()
+            chosen.add(p)
+            values.append(p)
+        return cls(*values)
+
+
+@dataclass
+class DevCluster:
+    """One local control plane rooted at ``workdir``.
+
+    ``die_with_parent`` ties every process to the Python process that started it (the pytest
+    session); ``berth dev-cluster up`` turns it off so the cluster outlives the command.
+    """
+
+    workdir: Path
+    with_kwok: bool = True
+    die_with_parent: bool = True
+    ports: Ports = field(default_factory=Ports)
+    records: list[ProcessRecord] = field(default_factory=list)
+    _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+
+    # ---------------------------------------------------------------- paths
+    @property
+    def pki(self) -> ClusterPki:
+        d = self.workdir / "pki"
+        return ClusterPki(
+            ca_cert=d / "ca.crt", ca_key=d / "ca.key",
+            apiserver_cert=d / "apiserver.crt", apiserver_key=d / "apiserver.key",
+            admin_cert=d / "admin.crt", admin_key=d / "admin.key",
+            sa_key=d / "sa.key", sa_pub=d / "sa.pub",
+        )
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self, timeout: float = 180.0) -> None:
+        """Start every component in order; on any failure stop what was started and raise."""
+        # Resolve every binary first: a missing build fails before anything is started.
+        bins = {n: binaries.binary(n) for n in (
+            "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")}
+        if self.with_kwok:
+            bins["kwok"] = binaries.binary("kwok")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(exist_ok=True)
+        self.ports = Ports.pick()
+        write_cluster_pki(self.workdir / "pki")
+        self._write_kubeconfig()
+        try:
+            self._start_etcd(bins["etcd"], timeout)
+            self._start_apiserver(bins["kube-apiserver"], timeout)
+            self._start_controller_manager(bins["kube-controller-manager"], timeout)
+            self._start_scheduler(bins["kube-scheduler"], timeout)
+            if self.with_kwok:
+                self._start_kwok(bins["kwok"], timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop every process, newest first, and forget them. Safe to call twice."""
+        for record in reversed(self.records):
+            processes.stop(record, self._procs.get(record.name))
+        self.records.clear()
+        self._procs.clear()
+        self._save_state()
+
+    def running(self) -> dict[str, bool]:
+        return {r.name: processes.is_running(r) for r in self.records}
+
+    def restart(self, name: str, timeout: float = 120.0) -> None:
+        """Stop one component and start it again with the same ports (fault tests)."""
+        record = next(r for r in self.records if r.name == name)
+        processes.stop(record, self._procs.get(name))
+        self.records.remove(record)
+        self._procs.pop(name, None)
+        starter: dict[str, Callable[[Path, float], None]] = {
+            "etcd": self._start_etcd,
+            "kube-apiserver": self._start_apiserver,
+            "kube-controller-manager": self._start_controller_manager,
+            "kube-scheduler": self._start_scheduler,
+            "kwok": self._start_kwok,
+        }
+        starter[name](Path(record.exe), timeout)
+
+    def wipe(self) -> None:
+        """Stop everything and delete the work directory."""
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # ---------------------------------------------------------------- state file
+    def _save_state(self) -> None:
+        if not self.workdir.is_dir():
+            return
+        state = {
+            "workdir": str(self.workdir),
+            "server": self.server,
+            "kubeconfig": str(self.kubeconfig),
+            "ports": self.ports.__dict__,
+            "processes": [r.to_json() for r in self.records],
+        }
+        tmp = self.workdir / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.workdir / STATE_FILE)
+
+    @classmethod
+    def load(cls, workdir: Path) -> DevCluster:
+        """The cluster recorded in ``workdir`` by an earlier ``start`` (possibly elsewhere)."""
+        state = json.loads((workdir / STATE_FILE).read_text())
+        cluster = cls(workdir=workdir, die_with_parent=False)
+        cluster.ports = Ports(**state["ports"])
+        cluster.records = [ProcessRecord(**r) for r in state["processes"]]
+        return cluster
+
+    # ---------------------------------------------------------------- components
+    def _spawn(self, name: str, argv: list[str]) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
+        proc, record = processes.start(
+            name, argv, self.log_dir,
+            preexec_fn=_die_with_parent if self.die_with_parent else None,
+        )
+        self._procs[name] = proc
+        self.records.append(record)
+        self._save_state()
+        return proc, record
+
+    def _start_etcd(self, exe: Path, timeout: float) -> None:
+        client = f"http://127.0.0.1:{self.ports.etcd_client}"
+        peer = f"http://127.0.0.1:{self.ports.etcd_peer}"
+        proc, rec = self._spawn("etcd", [
+            str(exe),
+            "--name=berth-dev",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=berth-dev={peer}",
+            # A throwaway store: durability is not worth an fsync per write on a shared disk.
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ])
+        processes.wait_until("etcd", lambda: processes.http_ok(f"{client}/health"),
+                             timeout=timeout, proc=proc, record=rec)
+
+    def _start_apiserver(self, exe: Path, timeout: float) -> None:
+        pki = self.pki
+        proc, rec = self._spawn("kube-apiserver", [
+            str(exe),
+            f"--etcd-servers=http://127.0.0.1:{self.ports.etcd_client}",
+            f"--secure-port={self.ports.apiserver}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--tls-cert-file={pki.apiserver_cert}",
+            f"--tls-private-key-file={pki.apiserver_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allow-privileged=true",
+            # The default admission chain, webhooks included, stays on: the suite tests it.
+        ])
+        ctx = processes.https_context(pki.ca_cert, pki.admin_cert, pki.admin_key)
+        processes.wait_until(
+            "kube-apiserver", lambda: processes.http_ok(f"{self.server}/readyz", ctx),
+            timeout=timeout, proc=proc, record=rec)
+
+    def _start_controller_manager(self, exe: Path, timeout: float) -> None:
+        pki = self.pki
+        proc, rec = self._spawn("kube-controller-manager", [
+            str(exe),
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports.controller_manager}",
+            f"--service-account-private-key-file={pki.sa_key}",
+            f"--root-ca-file={pki.ca_cert}",
+            "--use-service-account-credentials=false",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--cluster-cidr={POD_CIDR}",
+        ])
+        url = f"https://127.0.0.1:{self.ports.controller_manager}/healthz"
+        ctx = processes.https_context()
+        processes.wait_until("kube-controller-manager", lambda: processes.http_ok(url, ctx),
+                             timeout=timeout, proc=proc, record=rec)
+
+    def _start_scheduler(self, exe: Path, timeout: float) -> None:
+        proc, rec = self._spawn("kube-scheduler", [
+            str(exe),
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports.scheduler}",
+        ])
+        url = f"https://127.0.0.1:{self.ports.scheduler}/healthz"
+        ctx = processes.https_context()
+        processes.wait_until("kube-scheduler", lambda: processes.http_ok(url, ctx),
+                             timeout=timeout, proc=proc, record=rec)
+
+    def _start_kwok(self, exe: Path, timeout: float) -> None:
+        # An explicit (empty) config keeps a developer's ~/.kwok/kwok.yaml out of the cluster;
+        # kwok then uses its built-in node and pod stages.
+        conf = self.workdir / "kwok.yaml"
+        conf.write_text(
+            "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n"
+        )
+        key, value = KWOK_NODE_ANNOTATION
+        proc, rec = self._spawn("kwok", [
+            str(exe),
+            f"--config={conf}",
+            f"--kubeconfig={self.kubeconfig}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={key}={value}",
+            f"--cidr={POD_CIDR}",
+            "--node-ip=127.0.0.1",
+            f"--server-address=127.0.0.1:{self.ports.kwok}",
+        ])
+        url = f"http://127.0.0.1:{self.ports.kwok}/healthz"
+        processes.wait_until("kwok", lambda: processes.http_ok(url),
+                             timeout=timeout, proc=proc, record=rec)
+
+    # ---------------------------------------------------------------- kubeconfig
+    def _write_kubeconfig(self) -> None:
+        pki = self.pki
+
+        def b64(p: Path) -> str:
+            return base64.b64encode(p.read_bytes()).decode()
+
+        conf = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "berth-dev", "cluster": {
+                "server": self.server, "certificate-authority-data": b64(pki.ca_cert)}}],
+            "users": [{"name": "berth-admin", "user": {
+                "client-certificate-data": b64(pki.admin_cert),
+                "client-key-data": b64(pki.admin_key)}}],
+            "contexts": [{"name": "berth-dev", "context": {
+                "cluster": "berth-dev", "user": "berth-admin"}}],
+            "current-context": "berth-dev",
+        }
+        self.kubeconfig.touch(mode=0o600)
+        self.kubeconfig.write_text(yaml.safe_dump(conf, sort_keys=False))
+
+
+def wait_for(check: Callable[[], bool], *, timeout: float, what: str,
+             interval: float = 0.25) -> None:
+    """Poll ``check`` until it holds; raise TimeoutError naming ``what`` if it never does."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+__all__ = ["DevCluster", "Ports", "StartupError", "wait_for"]

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Builds the upstream programs the e2e cluster runs, at the versions pinned in e2e/versions.env,
+# from the Go module proxy. There is no container engine on the machines this project is
+# developed and tested on, so the control plane runs as plain processes built from source.
+#
+# Each component is built in a throwaway Go module outside the repository and its binaries are
+# cached per version in $BERTH_E2E_CACHE (default ~/.cache/berth-e2e)/<component>-<version>/bin.
+# A cached component is not rebuilt. Nothing is ever written into the repository.
+#
+# usage: e2e/build.sh [kubernetes|etcd|kwok|kueue|volcano|core|all]...   (default: core)
+#   core = kubernetes etcd kwok; all = core kueue volcano
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache="${BERTH_E2E_CACHE:-$HOME/.cache/berth-e2e}"
+mkdir -p "$cache"
+
+export CGO_ENABLED=0
+export GOFLAGS="-trimpath -buildvcs=false -mod=mod"
+export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+ldflags_strip="-s -w"
+
+log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# Runs "$2..." to build component $1 into a fresh bin dir unless it is cached already.
+# The build happens in a temporary module dir; on success bin/ is moved into place atomically
+# and the seconds it took are written beside it.
+build_cached() {
+    local name="$1"; shift
+    local dest="$cache/$name"
+    if [[ -f "$dest/.complete" ]]; then
+        log "$name: cached in $dest"
+        return 0
+    fi
+    local work
+    work="$(mktemp -d "${TMPDIR:-/tmp}/berth-e2e-build-$name.XXXXXX")"
+    local start=$SECONDS
+    log "$name: building in $work"
+    if ! (cd "$work" && "$@"); then
+        log "$name: BUILD FAILED (module left in $work)"
+        return 1
+    fi
+    rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+    mv "$work/bin" "$dest.tmp/bin"
+    cp "$work/go.mod" "$dest.tmp/go.mod"
+    [[ -d "$work/share" ]] && mv "$work/share" "$dest.tmp/share"
+    echo "$((SECONDS - start))" > "$dest.tmp/build-seconds"
+    touch "$dest.tmp/.complete"
+    rm -rf "$dest" && mv "$dest.tmp" "$dest"
+    rm -rf "$work"
+    log "$name: built in $((SECONDS - start))s -> $dest/bin"
+}
+
+# Directory of a module version's source in the module cache, downloading it if needed.
+module_dir() {
+    go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
+}
+
+# --- Kubernetes: k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
+# ./staging paths, which only work inside its own repository. A wrapper module replaces each of
+# them with the published k8s.io/<name> v0.<minor>.<patch> instead.
+build_kubernetes_in_cwd() {
+    local v="$KUBERNETES_VERSION" staging_v="v0.${KUBERNETES_VERSION#v1.}"
+    local gomod
+    gomod="$(go mod download -json "k8s.io/kubernetes@$v" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
+    {
+        echo "module berth.local/e2e-kubernetes"
+        echo
+        echo "go 1.24.0"
+        echo
+        echo "godebug default=go1.24"
+        echo
+        echo "require k8s.io/kubernetes $v"
+        echo
+        echo "replace ("
+        sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging_v"'#p' "$gomod"
+        echo ")"
+    } > go.mod
+    local n
+    n="$(grep -c '=> k8s.io/' go.mod)"
+    log "kubernetes: $n staging modules replaced with $staging_v"
+    [[ "$n" -gt 20 ]] || { log "kubernetes: too few staging replaces found in $gomod"; return 1; }
+    local cmds=(kube-apiserver kube-scheduler kube-controller-manager)
+    local pkgs=()
+    for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c@$v"); done
+    go get "${pkgs[@]}"
+    # Stamped version: clients such as Kueue parse the server version and refuse the default.
+    local major="${v#v}"; major="${major%%.*}"
+    local minor="${v#v*.}"; minor="${minor%%.*}"
+    local ld="$ldflags_strip" p
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ld+=" -X $p.gitVersion=$v -X $p.gitMajor=$major -X $p.gitMinor=$minor"
+        ld+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+    done
+    mkdir -p bin
+    for c in "${cmds[@]}"; do
+        log "kubernetes: go build $c"
+        go build -ldflags "$ld" -o "bin/$c" "k8s.io/kubernetes/cmd/$c"
+    done
+}
+
+# --- etcd: the server's go.mod has relative replaces, so it is required from a wrapper module.
+build_etcd_in_cwd() {
+    local v="$ETCD_VERSION"
+    printf 'module berth.local/e2e-etcd\n\ngo 1.24.0\n' > go.mod
+    go get "go.etcd.io/etcd/server/v3@$v"
+    mkdir -p bin
+    go build -ldflags "$ldflags_strip" -o bin/etcd go.etcd.io/etcd/server/v3
+}
+
+# --- kwok: a plain module without replaces.
+build_kwok_in_cwd() {
+    local v="$KWOK_VERSION"
+    printf 'module berth.local/e2e-kwok\n\ngo 1.24.0\n' > go.mod
+    go get "sigs.k8s.io/kwok/cmd/kwok@$v"
+    mkdir -p bin
+    go build -ldflags "$ldflags_strip" -o bin/kwok sigs.k8s.io/kwok/cmd/kwok
+}
+
+# --- Kueue manager. Its CRDs and webhook manifests ship in the module; they are copied next to
+# the binary (share/) so the cluster can apply them without the module cache.
+build_kueue_in_cwd() {
+    local v="$KUEUE_VERSION"
+    printf 'module berth.local/e2e-kueue\n\ngo 1.25.0\n' > go.mod
+    go get "sigs.k8s.io/kueue/cmd/kueue@$v"
+    mkdir -p bin share/crd
+    go build -ldflags "$ldflags_strip" -o bin/kueue sigs.k8s.io/kueue/cmd/kueue
+    local src
+    src="$(module_dir "sigs.k8s.io/kueue@$v")"
+    cp "$src"/config/components/crd/bases/*.yaml share/crd/
+    cp "$src/config/components/webhook/manifests.yaml" share/webhook-manifests.yaml
+    chmod -R u+w share
+}
+
+# --- Volcano scheduler: volcano.sh/volcano's go.mod pins its dependencies with replaces, which
+# only the main module can apply, so the wrapper copies that replace block (minus local paths).
+build_volcano_in_cwd() {
+    local v="$VOLCANO_VERSION" src
+    src="$(module_dir "volcano.sh/volcano@$v")"
+    {
+        printf 'module berth.local/e2e-volcano\n\ngo 1.22.0\n\nrequire volcano.sh/volcano %s\n\n' "$v"
+        sed -n '/^replace (/,/^)/p' "$src/go.mod" | grep -v '=> \./'
+    } > go.mod
+    go get "volcano.sh/volcano/cmd/scheduler@$v"
+    mkdir -p bin share/crd
+    go build -ldflags "$ldflags_strip" -o bin/vc-scheduler volcano.sh/volcano/cmd/scheduler
+    cp "$src"/config/crd/volcano/bases/scheduling.volcano.sh_*.yaml share/crd/
+    chmod -R u+w share
+}
+
+build_one() {
+    case "$1" in
+        kubernetes) build_cached "kubernetes-$KUBERNETES_VERSION" build_kubernetes_in_cwd ;;
+        etcd) build_cached "etcd-$ETCD_VERSION" build_etcd_in_cwd ;;
+        kwok) build_cached "kwok-$KWOK_VERSION" build_kwok_in_cwd ;;
+        kueue) build_cached "kueue-$KUEUE_VERSION" build_kueue_in_cwd ;;
+        volcano) build_cached "volcano-$VOLCANO_VERSION" build_volcano_in_cwd ;;
+        core) build_one kubernetes; build_one etcd; build_one kwok ;;
+        all) build_one core; build_one kueue; build_one volcano ;;
+        *) echo "unknown component: $1 (kubernetes|etcd|kwok|kueue|volcano|core|all)" >&2; return 2 ;;
+    esac
+}
+
+main() {
+    [[ $# -gt 0 ]] || set -- core
+    local c
+    for c in "$@"; do build_one "$c"; done
+}
+
+# "exit" on the same line: bash reads scripts incrementally, so an edit made while a long
+# build runs must not be executed as the rest of this file.
+main "$@"; exit $?

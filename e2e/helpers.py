@@ -1,0 +1,59 @@
+"""Small helpers the e2e tests share: manifests and polling on the cluster under test."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def pod_manifest(name: str, *, gpus: int = 0, gates: tuple[str, ...] = (),
+                 labels: dict[str, str] | None = None,
+                 annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A kubectl-style pod; GPUs go in limits, as the device plugin requires."""
+    resources: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "64Mi"}}
+    if gpus:
+        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "registry.invalid/train:latest",
+                        "resources": resources}],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if gates:
+        spec["schedulingGates"] = [{"name": g} for g in gates]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+        "spec": spec,
+    }
+
+
+def eventually(fetch: Callable[[], T], check: Callable[[T], bool], *, timeout: float,
+               what: str, interval: float = 0.25) -> T:
+    """Fetch until ``check`` holds and return the last value; on timeout fail with ``what``
+    and the last value seen, so a failing test says where the cluster got stuck."""
+    deadline = time.monotonic() + timeout
+    last = fetch()
+    while not check(last):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; "
+                                 f"last seen: {_brief(last)}")
+        time.sleep(interval)
+        last = fetch()
+    return last
+
+
+def _brief(obj: object) -> str:
+    status = getattr(obj, "status", None)
+    text = repr(status if status is not None else obj)
+    return text if len(text) < 1500 else text[:1500] + "..."
+
+
+def pod_condition(pod: Any, kind: str) -> Any:
+    for cond in (pod.status.conditions or []) if pod.status else []:
+        if cond.type == kind:
+            return cond
+    return None
