@@ -1,0 +1,142 @@
+"""The running controller: watches, leader election and the cycle loop, wired together.
+
+Threads, not an event loop: the ``kubernetes`` client blocks, so each watch runs in a daemon
+thread feeding the thread-safe :class:`Inventory`; the lease loop has its own thread; one loop
+thread runs cycles (batch at each window, the fast path as soon as a fast-path pod arrives), so
+cycles never overlap and never run on the webhook's event loop. The solver itself runs in a
+worker process (:mod:`.solving`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from admission.backends import make_backend
+from admission.controller import translate as tr
+from admission.controller.api import ClusterApi, Json
+from admission.controller.cycle import Cycle, CycleReport, Solve
+from admission.controller.explain import Explainer
+from admission.controller.inventory import Inventory
+from admission.controller.leader import LeaseElector
+from admission.controller.metrics import Metrics
+from admission.controller.release import Releaser
+from admission.controller.settings import Settings
+from admission.controller.solving import WorkerSolver
+from admission.controller.watch import WatchLoop
+
+log = logging.getLogger(__name__)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def greedy_solver(name: str = "bestfit") -> Solve:
+    """The fast path's solver: a greedy placement in-process (milliseconds, no CP-SAT)."""
+    from solver.api import solve
+
+    return lambda snapshot: solve(snapshot, solver=name)  # type: ignore[arg-type]
+
+
+class Controller:
+    def __init__(self, *, api: ClusterApi, settings: Settings, identity: str,
+                 namespace: str = "berth-system", lease_name: str = "berth-controller",
+                 clock: Callable[[], datetime] = utcnow, solve: Solve | None = None,
+                 fast_solve: Solve | None = None, metrics: Metrics | None = None) -> None:
+        self.api = api
+        self.settings = settings
+        self.clock = clock
+        self.metrics = metrics or Metrics()
+        self.inventory = Inventory()
+        self.backend = make_backend(settings.backend)
+        self._worker: WorkerSolver | None = None
+        if solve is None:
+            self._worker = WorkerSolver(solver=settings.solver,
+                                        time_limit=settings.time_limit_seconds, seed=settings.seed)
+            solve = self._worker
+        self.releaser = Releaser(api=api, backend=self.backend, record=self._record,
+                                 clock=clock, queues=settings.queues)
+        self.explainer = Explainer(api=api, clock=clock, record=self._record, identity=identity)
+        self.cycle = Cycle(inventory=self.inventory, settings=settings, releaser=self.releaser,
+                           explainer=self.explainer, solve=solve,
+                           fast_solve=fast_solve or greedy_solver(), clock=clock,
+                           metrics=self.metrics)
+        self.elector = LeaseElector(api=api, namespace=namespace, name=lease_name,
+                                    identity=identity, clock=clock,
+                                    on_change=lambda lead: self.metrics.leader.set(int(lead)))
+        self.pod_watch = WatchLoop(kind="pods", lister=api.list_pods, watcher=api.watch_pods,
+                                   replace=self.inventory.replace_pods, apply=self.on_pod_event)
+        self.node_watch = WatchLoop(kind="nodes", lister=api.list_nodes, watcher=api.watch_nodes,
+                                    replace=self.inventory.replace_nodes,
+                                    apply=self.inventory.apply_node)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ inventory feed
+    def _record(self, obj: Json) -> None:
+        self.inventory.apply_pod("MODIFIED", obj)
+
+    def on_pod_event(self, event: str, pod: Json) -> None:
+        changed = self.inventory.apply_pod(event, pod)
+        if changed and event != "DELETED" and self.is_fast_path(pod):
+            self._wake.set()
+
+    def is_fast_path(self, pod: Json) -> bool:
+        return tr.has_berth_gate(pod) and tr.qos_class(pod) in self.settings.fast_path_classes
+
+    def relist(self) -> None:
+        """Rebuild the inventory from the API server alone (start-up, tests)."""
+        self.inventory.replace_nodes(self.api.list_nodes()[0])
+        self.inventory.replace_pods(self.api.list_pods()[0])
+
+    # ------------------------------------------------------------------ running
+    def run_cycle(self, *, fast: bool = False) -> CycleReport:
+        return self.cycle.run(fast=fast)
+
+    def start(self) -> None:
+        targets: list[tuple[str, Callable[[threading.Event], None]]] = [
+            ("berth-watch-pods", self.pod_watch.run),
+            ("berth-watch-nodes", self.node_watch.run),
+            ("berth-lease", self.elector.run),
+            ("berth-cycle", self._loop),
+        ]
+        for name, fn in targets:
+            t = threading.Thread(target=fn, args=(self._stop,), name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        for t in self._threads:
+            t.join(timeout)
+        if self._worker is not None:
+            self._worker.close(kill=True)
+
+    def _loop(self, stop: threading.Event) -> None:
+        window = self.settings.window_seconds
+        next_batch = time.monotonic() + window
+        while not stop.is_set():
+            self._wake.wait(timeout=max(0.0, next_batch - time.monotonic()))
+            fast = self._wake.is_set()
+            self._wake.clear()
+            if stop.is_set():
+                return
+            synced = self.pod_watch.synced.is_set() and self.node_watch.synced.is_set()
+            if not (self.elector.is_leader and synced):
+                if time.monotonic() >= next_batch:
+                    next_batch = time.monotonic() + window
+                continue
+            try:
+                if time.monotonic() >= next_batch:
+                    next_batch = time.monotonic() + window
+                    self.run_cycle()
+                elif fast:
+                    self.run_cycle(fast=True)
+            except Exception:  # one bad cycle must not stop the controller
+                log.exception("cycle %d failed", self.cycle.number)

@@ -1,0 +1,128 @@
+"""Leader election over a ``coordination.k8s.io/v1`` Lease, so one replica runs the cycle.
+
+Every replica serves the webhook; only the holder of the Lease runs cycles. The holder renews
+every ``retry_seconds``; a replica takes the Lease over when its ``renewTime`` is older than
+``leaseDurationSeconds``. Writes use the Lease's resourceVersion, so two replicas racing for an
+expired Lease cannot both win. A leader that fails to renew within ``renew_deadline`` steps
+down by itself before anyone else may take over (deadline < duration), so two leaders never
+release at once. Losing the leader loses no pod: all state is on the pods.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from admission.controller.api import ApiError, ClusterApi, Conflict, Json, NotFound
+
+log = logging.getLogger(__name__)
+
+
+def micro_time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(s: str | None) -> datetime | None:
+    if not s:
+        return None
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+class LeaseElector:
+    def __init__(self, *, api: ClusterApi, namespace: str, name: str, identity: str,
+                 clock: Callable[[], datetime], lease_seconds: int = 15,
+                 renew_deadline_seconds: float = 10.0, retry_seconds: float = 2.0,
+                 on_change: Callable[[bool], None] | None = None) -> None:
+        assert renew_deadline_seconds < lease_seconds
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.clock = clock
+        self.lease_seconds = lease_seconds
+        self.renew_deadline = timedelta(seconds=renew_deadline_seconds)
+        self.retry_seconds = retry_seconds
+        self.on_change = on_change
+        self._leader = False
+        self._last_renew: datetime | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        """True only while the last successful renewal is within the renew deadline."""
+        if not self._leader or self._last_renew is None:
+            return False
+        return self.clock() - self._last_renew < self.renew_deadline
+
+    def _set(self, leader: bool) -> None:
+        if leader != self._leader:
+            log.info("%s %s the lease %s/%s", self.identity,
+                     "acquired" if leader else "lost", self.namespace, self.name)
+            self._leader = leader
+            if self.on_change:
+                self.on_change(leader)
+
+    def _body(self, current: Json | None, now: datetime) -> Json:
+        spec = dict((current or {}).get("spec") or {})
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if spec.get("holderIdentity") != self.identity:
+            spec["acquireTime"] = micro_time(now)
+            if current is not None:
+                transitions += 1
+        spec.update(holderIdentity=self.identity, leaseDurationSeconds=self.lease_seconds,
+                    renewTime=micro_time(now), leaseTransitions=transitions)
+        meta: Json = {"name": self.name, "namespace": self.namespace}
+        if current is not None:
+            meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+                "spec": spec}
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round: returns whether this replica holds the lease afterwards."""
+        now = self.clock()
+        try:
+            current = self.api.get_lease(self.namespace, self.name)
+            if current is None:
+                self.api.create_lease(self.namespace, self._body(None, now))
+            else:
+                spec = current.get("spec") or {}
+                holder = spec.get("holderIdentity")
+                renewed = parse_time(spec.get("renewTime")) or datetime.min.replace(tzinfo=UTC)
+                duration = timedelta(seconds=int(spec.get("leaseDurationSeconds") or 0))
+                if holder and holder != self.identity and now < renewed + duration:
+                    self._set(False)
+                    return False
+                self.api.replace_lease(self.namespace, self.name, self._body(current, now))
+        except (Conflict, NotFound):
+            self._set(False)  # someone else wrote first; look again next round
+            return False
+        except ApiError as exc:
+            log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            if not self.is_leader:
+                self._set(False)
+            return self.is_leader
+        self._last_renew = now
+        self._set(True)
+        return True
+
+    def release(self) -> None:
+        """Give the lease up on shutdown so a standby takes over at once."""
+        if not self._leader:
+            return
+        try:
+            current = self.api.get_lease(self.namespace, self.name)
+            if current and (current.get("spec") or {}).get("holderIdentity") == self.identity:
+                body = self._body(current, self.clock())
+                body["spec"]["leaseDurationSeconds"] = 1
+                body["spec"]["renewTime"] = micro_time(datetime(1970, 1, 1, tzinfo=UTC))
+                self.api.replace_lease(self.namespace, self.name, body)
+        except ApiError as exc:
+            log.warning("releasing the lease: %s", exc)
+        self._set(False)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.try_acquire_or_renew()
+            stop.wait(self.retry_seconds)
+        self.release()
