@@ -9,7 +9,8 @@ so that they run even when some other part of the file is malformed.
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from collections.abc import Callable
+from typing import Annotated, Final, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from pydantic.alias_generators import to_camel
@@ -21,6 +22,7 @@ NonEmpty = Annotated[str, Field(min_length=1)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Unit = Annotated[float, Field(ge=0, le=1)]
 
+T = TypeVar("T")
 API_VERSION: Final = "berth.dev/v1alpha1"
 
 
@@ -131,6 +133,7 @@ def _default_mig_profiles() -> list[MigProfile]:
         MigProfile(name="1g.10gb", fraction=1 / 7, memory_mib=9728),
         MigProfile(name="2g.20gb", fraction=2 / 7, memory_mib=19968),
         MigProfile(name="3g.40gb", fraction=3 / 7, memory_mib=40192),
+        MigProfile(name="4g.40gb", fraction=4 / 7, memory_mib=40192),
         MigProfile(name="7g.80gb", fraction=1.0, memory_mib=81920),
     ]
 
@@ -265,6 +268,7 @@ class Policy(_Model):
     _by_namespace: dict[str, Tenant] = PrivateAttr(default_factory=dict)
     _by_name: dict[str, Tenant] = PrivateAttr(default_factory=dict)
     _generation: str = PrivateAttr(default="")
+    _memo: dict[str, object] = PrivateAttr(default_factory=dict)
 
     def model_post_init(self, context: object, /) -> None:
         for t in self.tenants:
@@ -298,6 +302,12 @@ class Policy(_Model):
     def generation(self) -> str:
         """Short hash of the file this policy was loaded from ('' when built in code)."""
         return self._generation
+
+    def memo(self, key: str, build: Callable[[Policy], T]) -> T:
+        """A value derived from this policy version, built once (e.g. the webhook's look-ups)."""
+        if key not in self._memo:
+            self._memo[key] = build(self)
+        return cast(T, self._memo[key])
 
     def with_generation(self, generation: str) -> Policy:
         self._generation = generation

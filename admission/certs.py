@@ -1,0 +1,246 @@
+"""Certificates for the webhook: a CA and a serving key pair, the TLS context that serves them,
+and the MutatingWebhookConfiguration that trusts the CA.
+
+Mounted Secrets change in place (cert-manager renewals, rotated Secrets), so the server hashes
+the files periodically and loads a changed pair into the live :class:`ssl.SSLContext`: new
+handshakes get the new certificate, connections already open keep theirs, and no request is
+dropped. A half-written pair (new cert, old key) fails validation and is retried on the next
+tick while the old pair stays in use.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import ipaddress
+import os
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_CERT = "ca.crt"
+TLS_CERT = "tls.crt"
+TLS_KEY = "tls.key"
+WEBHOOK_NAME = "pods.berth.dev"
+
+
+class CertError(ValueError):
+    """Certificates missing or unusable; the message names the file and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    ca_cert: Path
+    tls_cert: Path
+    tls_key: Path
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _san(host: str, dns: list[str]) -> x509.SubjectAlternativeName:
+    names: list[x509.GeneralName] = []
+    for value in [host, *dns]:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(value)))
+        except ValueError:
+            names.append(x509.DNSName(value))
+    return x509.SubjectAlternativeName(list(dict.fromkeys(names)))
+
+
+def generate(host: str, dns: list[str] | None = None, days: int = 365,
+             ) -> tuple[bytes, bytes, bytes]:
+    """(CA cert PEM, serving cert PEM, serving key PEM) for ``host`` and extra DNS names."""
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)  # tolerate small clock skew
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("berth-webhook-ca")
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name).issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now).not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                          content_commitment=False, key_encipherment=False,
+                          data_encipherment=False, key_agreement=False,
+                          encipher_only=False, decipher_only=False),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(host)).issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now).not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(_san(host, dns or []), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    return ca.public_bytes(pem), cert.public_bytes(pem), _pem_key(key)
+
+
+def write_bundle(out: Path, host: str, dns: list[str] | None = None, days: int = 365) -> Bundle:
+    """Write ca.crt, tls.crt and tls.key (mode 0600) into ``out``, replacing each file whole."""
+    out.mkdir(parents=True, exist_ok=True)
+    ca, cert, key = generate(host, dns, days)
+    bundle = Bundle(out / CA_CERT, out / TLS_CERT, out / TLS_KEY)
+    for path, data, mode in ((bundle.ca_cert, ca, 0o644), (bundle.tls_key, key, 0o600),
+                             (bundle.tls_cert, cert, 0o644)):
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)  # atomic: a reader never sees half a file
+    return bundle
+
+
+def expiry(cert_pem: bytes) -> dt.datetime:
+    return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+
+
+# --------------------------------------------------------------------------------------------
+# Serving
+# --------------------------------------------------------------------------------------------
+
+
+def _paths(cert_dir: Path) -> tuple[Path, Path]:
+    cert, key = cert_dir / TLS_CERT, cert_dir / TLS_KEY
+    for p in (cert, key):
+        if not p.is_file():
+            raise CertError(f"{p}: not found; create it with "
+                            f"`berth certs --out {cert_dir} --host HOST`")
+    return cert, key
+
+
+def new_server_context() -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.options |= ssl.OP_NO_COMPRESSION
+    return ctx
+
+
+class TlsReloader:
+    """Owns the live server context and reloads it when tls.crt or tls.key change."""
+
+    def __init__(self, cert_dir: Path) -> None:
+        self.cert_dir = cert_dir
+        self.context = new_server_context()
+        self._digest = ""
+        self.not_after: dt.datetime | None = None
+        self.last_error = ""
+        if not self.reload():
+            raise CertError(f"{cert_dir}: {self.last_error}")
+
+    def _read(self) -> tuple[bytes, bytes]:
+        cert, key = _paths(self.cert_dir)
+        return cert.read_bytes(), key.read_bytes()
+
+    def changed(self) -> bool:
+        try:
+            cert, key = self._read()
+        except (OSError, CertError):
+            return False
+        return hashlib.sha256(cert + b"\0" + key).hexdigest() != self._digest
+
+    def reload(self) -> bool:
+        """Load the pair if it changed; True when a new pair is now served. A pair that does
+        not load leaves the old one in place and sets ``last_error``."""
+        try:
+            cert, key = self._read()
+            digest = hashlib.sha256(cert + b"\0" + key).hexdigest()
+            if digest == self._digest:
+                return False
+            # Validate in a scratch context first: the live one must never hold half a pair.
+            new_server_context().load_cert_chain(self.cert_dir / TLS_CERT, self.cert_dir / TLS_KEY)
+            self.context.load_cert_chain(self.cert_dir / TLS_CERT, self.cert_dir / TLS_KEY)
+            self.not_after = expiry(cert)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            self.last_error = f"cannot load {TLS_CERT}/{TLS_KEY}: {exc}"
+            return False
+        self._digest = digest
+        self.last_error = ""
+        return True
+
+
+# --------------------------------------------------------------------------------------------
+# The MutatingWebhookConfiguration
+# --------------------------------------------------------------------------------------------
+
+# Scope the webhook to GPU pods in the apiserver itself (matchConditions, CEL, GA in 1.30), so
+# an outage of Berth never blocks other pods.
+GPU_POD_CONDITION = (
+    "object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) && "
+    "'nvidia.com/gpu' in c.resources.limits) || "
+    "(has(object.metadata.annotations) && ("
+    "'berth.dev/gpu-fraction' in object.metadata.annotations || "
+    "'berth.dev/gpu-memory' in object.metadata.annotations || "
+    "'gpu-fraction' in object.metadata.annotations || "
+    "'gpu-memory' in object.metadata.annotations))"
+)
+
+
+def render_webhook_config(
+    ca_pem: bytes, *, url: str | None = None, service: tuple[str, str] | None = None,
+    namespaces: list[str] | None = None, failure_policy: str = "Fail", timeout_seconds: int = 5,
+) -> str:
+    """MutatingWebhookConfiguration YAML trusting ``ca_pem``, calling ``url`` or the in-cluster
+    ``service`` (namespace, name), limited to ``namespaces`` when given."""
+    import yaml
+
+    client: dict[str, object] = {"caBundle": base64.b64encode(ca_pem).decode()}
+    if service is not None:
+        client["service"] = {"namespace": service[0], "name": service[1], "path": "/mutate-pods",
+                             "port": 443}
+    else:
+        client["url"] = url or "https://127.0.0.1:8443/mutate-pods"
+    webhook: dict[str, object] = {
+        "name": WEBHOOK_NAME,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        # Fail: a GPU pod created while Berth is down would escape its quota and gang rules;
+        # matchConditions below keep every other pod away from this webhook.
+        "failurePolicy": failure_policy,
+        "timeoutSeconds": timeout_seconds,
+        "reinvocationPolicy": "Never",
+        "clientConfig": client,
+        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                   "resources": ["pods"], "scope": "Namespaced"}],
+        "matchConditions": [{"name": "gpu-pods", "expression": GPU_POD_CONDITION}],
+    }
+    if namespaces:
+        webhook["namespaceSelector"] = {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In",
+             "values": sorted(namespaces)}]}
+    doc = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "berth", "labels": {"app.kubernetes.io/name": "berth"}},
+        "webhooks": [webhook],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)

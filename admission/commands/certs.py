@@ -1,0 +1,68 @@
+"""``berth certs``: a CA and the webhook's serving key pair, optionally the webhook config."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "certs"
+HELP = "Create a CA and the webhook's serving certificate (ca.crt, tls.crt, tls.key)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR",
+                        help="directory for ca.crt, tls.crt and tls.key")
+    parser.add_argument("--host", required=True,
+                        help="the address the apiserver calls (IP or DNS name), e.g. 127.0.0.1")
+    parser.add_argument("--dns", action="append", default=[], metavar="NAME",
+                        help="extra DNS name or IP in the certificate (repeatable), e.g. "
+                        "berth-webhook.berth-system.svc")
+    parser.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    parser.add_argument("--render-webhook-config", metavar="FILE",
+                        help="also write the MutatingWebhookConfiguration with the caBundle "
+                        "to FILE ('-' for stdout)")
+    parser.add_argument("--url", help="webhook URL in the config "
+                        "(default https://HOST:8443/mutate-pods)")
+    parser.add_argument("--service", metavar="NAMESPACE/NAME",
+                        help="call an in-cluster Service instead of a URL")
+    parser.add_argument("--policy", type=Path, metavar="FILE",
+                        help="limit the webhook to the policy's managed namespaces")
+    parser.add_argument("--failure-policy", choices=("Fail", "Ignore"), default="Fail",
+                        help="what the apiserver does when the webhook is unreachable")
+
+
+def run(args: argparse.Namespace) -> int:
+    from admission.certs import render_webhook_config, write_bundle
+    from admission.cli import UsageError
+    from admission.policy import PolicyError, load_policy
+
+    if args.days < 1:
+        raise UsageError("--days must be >= 1")
+    service = None
+    if args.service:
+        ns, _, name = args.service.partition("/")
+        if not ns or not name:
+            raise UsageError(f"--service must be NAMESPACE/NAME, got {args.service!r}")
+        service = (ns, name)
+    namespaces = None
+    if args.policy:
+        try:
+            namespaces = sorted(load_policy(args.policy).managed_namespaces)
+        except PolicyError as exc:
+            raise UsageError(f"--policy: {exc}") from None
+    try:
+        bundle = write_bundle(args.out, args.host, args.dns, args.days)
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: {exc.strerror or exc}") from None
+    print(f"wrote {bundle.ca_cert}, {bundle.tls_cert}, {bundle.tls_key} "
+          f"(SAN: {', '.join([args.host, *args.dns])}; {args.days} days)")
+    if args.render_webhook_config:
+        url = args.url or f"https://{args.host}:8443/mutate-pods"
+        text = render_webhook_config(bundle.ca_cert.read_bytes(), url=url, service=service,
+                                     namespaces=namespaces, failure_policy=args.failure_policy)
+        if args.render_webhook_config == "-":
+            print(text, end="")
+        else:
+            Path(args.render_webhook_config).write_text(text)
+            print(f"wrote {args.render_webhook_config}")
+    return 0

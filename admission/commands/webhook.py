@@ -1,0 +1,47 @@
+"""``berth webhook``: run the admission webhook alone (``berth serve`` adds the controller)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "webhook"
+HELP = "Run the mutating admission webhook (HTTPS) for GPU pods."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", required=True, type=Path, metavar="FILE",
+                        help="the policy YAML (reloaded when it changes)")
+    parser.add_argument("--cert-dir", required=True, type=Path, metavar="DIR",
+                        help="directory with tls.crt and tls.key (reloaded when they change)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8443, help="port (default 8443)")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from admission.certs import CertError
+    from admission.cli import UsageError
+    from admission.policy import PolicyError
+    from admission.webhook import WebhookConfig, run_webhook
+
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port must be 1..65535, got {args.port}")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
+    config = WebhookConfig(policy=args.policy, cert_dir=args.cert_dir, host=args.host,
+                           port=args.port)
+    try:
+        asyncio.run(run_webhook(config))
+    except PolicyError as exc:
+        raise UsageError(f"--policy: the policy is not valid:\n{exc}") from None
+    except CertError as exc:
+        raise UsageError(f"--cert-dir: {exc}") from None
+    except OSError as exc:
+        where = f"{args.host}:{args.port}"
+        raise UsageError(f"cannot listen on {where}: {exc.strerror or exc}") from None
+    return 0

@@ -1,0 +1,72 @@
+"""JSON Patch (RFC 6902) for a pod, built against the pod as it arrived.
+
+A JSON Patch cannot add ``/metadata/labels/x`` when ``labels`` does not exist, and ``add`` on an
+existing member replaces it; :class:`PatchBuilder` knows both, creating parent maps once and
+remembering what it created, so callers just say which value goes where.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from admission.review_types import PatchOp
+
+Part = str | int
+
+
+def pointer(parts: Sequence[Part]) -> str:
+    """JSON Pointer (RFC 6901): ``~`` and ``/`` inside keys are escaped."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+class PatchBuilder:
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self._obj = obj
+        self._made: set[tuple[Part, ...]] = set()
+        self.ops: list[PatchOp] = []
+
+    def _get(self, parts: Sequence[Part]) -> tuple[bool, Any]:
+        node: Any = self._obj
+        for p in parts:
+            in_map = isinstance(node, dict) and isinstance(p, str) and p in node
+            in_list = isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node)
+            if in_map or in_list:
+                node = node[p]
+            else:
+                return False, None
+        return True, node
+
+    def exists(self, parts: Sequence[Part]) -> bool:
+        return tuple(parts) in self._made or self._get(parts)[0]
+
+    def _ensure_map(self, parts: Sequence[Part]) -> None:
+        for i in range(1, len(parts) + 1):
+            prefix = tuple(parts[:i])
+            if prefix in self._made:
+                continue
+            found, value = self._get(prefix)
+            if found and value is not None:
+                continue
+            self.ops.append({"op": "add", "path": pointer(prefix), "value": {}})
+            self._made.add(prefix)
+
+    def set(self, parts: Sequence[Part], value: Any) -> None:
+        """Set a member of a map, creating the parent maps that are missing."""
+        self._ensure_map(parts[:-1])
+        self.ops.append({"op": "add", "path": pointer(parts), "value": value})
+
+    def remove(self, parts: Sequence[Part]) -> None:
+        if self._get(parts)[0]:
+            self.ops.append({"op": "remove", "path": pointer(parts)})
+
+    def append(self, parts: Sequence[Part], value: Any) -> None:
+        """Append to a list, creating it (and its parent maps) when missing."""
+        key = tuple(parts)
+        found, current = self._get(parts)
+        if key in self._made or (found and isinstance(current, list)):
+            self.ops.append({"op": "add", "path": pointer(parts) + "/-", "value": value})
+            return
+        self._ensure_map(parts[:-1])
+        self.ops.append({"op": "add", "path": pointer(parts), "value": [value]})
+        self._made.add(key)

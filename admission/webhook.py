@@ -1,0 +1,314 @@
+"""The webhook's HTTPS server: it parses, calls :func:`admission.review.review`, serialises.
+
+Two error channels (as the apiserver expects): a request that is not an AdmissionReview gets an
+HTTP 400 (413 when the body is too large); a pod the policy refuses gets HTTP 200 with
+``allowed: false`` and a message. The server never answers a review with a 5xx: an unexpected
+failure inside review is logged and answered as a refusal that says so.
+
+Background work (cleanup_ctx): the policy file is re-read every few seconds and swapped in
+when it changed and is valid (an invalid version is refused, logged and counted; the last good
+one stays), and the TLS pair is re-hashed and reloaded into the live context. ``berth serve``
+reuses :func:`build_app` / :func:`start_webhook` to run the webhook next to the controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from admission.certs import TlsReloader
+from admission.metrics import WebhookMetrics
+from admission.policy_load import PolicyError, PolicyIssue, check_text
+from admission.policy_model import Policy
+from admission.review import Decision, MalformedReview, parse_review, review, review_response
+
+log = logging.getLogger("berth.webhook")
+
+# An AdmissionReview carries the object (and oldObject on UPDATE); etcd caps an object at
+# 1.5 MiB by default, so 4 MiB holds any real review and refuses floods early.
+MAX_BODY = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    policy: Path
+    cert_dir: Path | None  # None: plain HTTP (tests only; the CLI always serves TLS)
+    host: str = "127.0.0.1"
+    port: int = 8443
+    policy_interval: float = 2.0  # seconds between policy file checks
+    cert_interval: float = 10.0  # seconds between certificate checks
+    max_body: int = MAX_BODY
+    drain_seconds: float = 2.0  # not ready before closing, so endpoints drop this replica
+    shutdown_timeout: float = 25.0  # most time in-flight reviews get to finish
+
+
+class PolicySource:
+    """The policy in force, reloaded from its file when the content changes.
+
+    The file is read by path each time, so a ConfigMap's symlink swap (``..data`` pointing to
+    a new directory) is seen like any other change.
+    """
+
+    def __init__(self, path: Path, metrics: WebhookMetrics) -> None:
+        self.path = path
+        self.metrics = metrics
+        text = self._read()
+        policy, issues = check_text(text)
+        if policy is None:
+            raise PolicyError(issues, str(path))
+        self.policy: Policy = policy
+        self._digest = self._hash(text)
+        self._refused = ""
+        metrics.policy_valid.set(1)
+        metrics.policy_in_force(policy.generation)
+
+    @staticmethod
+    def _hash(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _read(self) -> str:
+        try:
+            return self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PolicyError([PolicyIssue("", f"cannot read the file: {exc}")],
+                              str(self.path)) from None
+
+    def check(self) -> bool:
+        """Reload when the file changed; True when a new version is now in force."""
+        try:
+            text = self._read()
+        except PolicyError as exc:
+            self._refuse(str(exc), "")
+            return False
+        digest = self._hash(text)
+        if digest in (self._digest, self._refused):
+            return False
+        policy, issues = check_text(text)
+        if policy is None:
+            self._refuse("\n".join(i.render(str(self.path)) for i in issues), digest)
+            return False
+        old = self.policy.generation
+        self.policy, self._digest, self._refused = policy, digest, ""
+        self.metrics.policy_reloads.labels(result="success").inc()
+        self.metrics.policy_valid.set(1)
+        self.metrics.policy_in_force(policy.generation)
+        log.info("policy %s reloaded: generation %s -> %s", self.path, old, policy.generation)
+        return True
+
+    def _refuse(self, why: str, digest: str) -> None:
+        if digest and digest == self._refused:
+            return
+        self._refused = digest
+        self.metrics.policy_reloads.labels(result="failure").inc()
+        self.metrics.policy_valid.set(0)
+        log.error("policy %s: new version refused, generation %s stays in force:\n%s",
+                  self.path, self.policy.generation, why)
+
+
+@dataclass
+class WebhookState:
+    policies: PolicySource
+    metrics: WebhookMetrics
+    tls: TlsReloader | None = None
+    max_body: int = MAX_BODY
+    draining: bool = False
+    _decision_counters: dict[tuple[str, str], object] = field(default_factory=dict)
+
+    def count(self, decision: Decision) -> None:
+        key = (decision.outcome, decision.reason)
+        counter = self._decision_counters.get(key)
+        if counter is None:
+            counter = self.metrics.decisions.labels(outcome=key[0], reason=key[1])
+            self._decision_counters[key] = counter
+        counter.inc()  # type: ignore[attr-defined]
+
+
+STATE = web.AppKey("berth_webhook_state", WebhookState)
+
+
+def _plain(status: int, text: str) -> web.Response:
+    return web.Response(status=status, text=text + "\n")
+
+
+def _internal_refusal(uid: str) -> Decision:
+    message = ("Berth: the webhook failed to review this pod (an internal error, logged); "
+               "retry, and report it if it persists")
+    return Decision({"uid": uid, "allowed": False,
+                     "status": {"code": 403, "reason": "Forbidden", "message": message}},
+                    "denied", "internal-error")
+
+
+async def _mutate(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    metrics = state.metrics
+    length = request.content_length
+    if length is not None and length > state.max_body:
+        metrics.bad_requests.labels(code="413").inc()
+        return _plain(413, f"body of {length} bytes exceeds the {state.max_body}-byte limit")
+    try:
+        body = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        metrics.bad_requests.labels(code="413").inc()
+        return _plain(413, f"body exceeds the {state.max_body}-byte limit")
+    start = time.perf_counter()
+    try:
+        version, admission_request = parse_review(json.loads(body))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+        metrics.bad_requests.labels(code="400").inc()
+        reason = str(exc) if isinstance(exc, MalformedReview) else f"not JSON: {exc}"
+        return _plain(400, f"not an AdmissionReview: {reason}")
+    try:
+        decision = review(admission_request, state.policies.policy)
+    except Exception:  # never a 5xx: log it and refuse with an explanation
+        log.exception("review failed for request %s", admission_request.get("uid"))
+        decision = _internal_refusal(str(admission_request.get("uid", "")))
+    payload = json.dumps(review_response(version, decision.response), separators=(",", ":"))
+    metrics.review_seconds.observe(time.perf_counter() - start)
+    state.count(decision)
+    return web.Response(body=payload.encode(), content_type="application/json")
+
+
+async def _mutate_guarded(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    state.metrics.in_flight.inc()
+    try:
+        return await _mutate(request)
+    except (ConnectionError, asyncio.CancelledError):
+        raise
+    except Exception:
+        log.exception("unexpected failure answering %s", request.path)
+        state.metrics.bad_requests.labels(code="400").inc()
+        return _plain(400, "the request could not be read")
+    finally:
+        state.metrics.in_flight.dec()
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return _plain(200, "ok")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if state.draining:
+        return _plain(503, "draining")
+    return _plain(200, f"ready; policy generation {state.policies.policy.generation}")
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.Response(body=generate_latest(state.metrics.registry),
+                        headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _watch(state: WebhookState, policy_interval: float, cert_interval: float) -> None:
+    next_cert = time.monotonic() + cert_interval
+    while True:
+        await asyncio.sleep(policy_interval)
+        state.policies.check()
+        if state.tls is not None and time.monotonic() >= next_cert:
+            next_cert = time.monotonic() + cert_interval
+            _check_cert(state)
+
+
+def _check_cert(state: WebhookState) -> None:
+    tls = state.tls
+    if tls is None or not tls.changed():
+        return
+    if tls.reload():
+        state.metrics.cert_reloads.labels(result="success").inc()
+        if tls.not_after is not None:
+            state.metrics.cert_expiry.set(tls.not_after.timestamp())
+        log.info("serving certificate reloaded; expires %s", tls.not_after)
+    else:
+        state.metrics.cert_reloads.labels(result="failure").inc()
+        log.error("serving certificate not reloaded, the old one stays: %s", tls.last_error)
+
+
+def build_app(state: WebhookState, *, policy_interval: float = 2.0,
+              cert_interval: float = 10.0) -> web.Application:
+    """The aiohttp application: /mutate-pods, /healthz, /readyz, /metrics and the watchers."""
+    app = web.Application(client_max_size=state.max_body)
+    app[STATE] = state
+    app.router.add_post("/mutate-pods", _mutate_guarded)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+
+    async def watchers(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(_watch(state, policy_interval, cert_interval))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    app.cleanup_ctx.append(watchers)
+    return app
+
+
+def new_state(config: WebhookConfig, metrics: WebhookMetrics | None = None) -> WebhookState:
+    """Load the policy and certificates (raising PolicyError / CertError with the fix)."""
+    metrics = metrics or WebhookMetrics()
+    tls = TlsReloader(config.cert_dir) if config.cert_dir is not None else None
+    if tls is not None and tls.not_after is not None:
+        metrics.cert_expiry.set(tls.not_after.timestamp())
+    return WebhookState(PolicySource(config.policy, metrics), metrics, tls, config.max_body)
+
+
+@dataclass
+class WebhookServer:
+    """A running webhook; :meth:`stop` drains in-flight reviews before closing."""
+
+    config: WebhookConfig
+    state: WebhookState
+    runner: web.AppRunner
+
+    @property
+    def port(self) -> int:
+        for addr in self.runner.addresses:
+            return int(addr[1])
+        return self.config.port
+
+    async def stop(self) -> None:
+        self.state.draining = True
+        await asyncio.sleep(self.config.drain_seconds)
+        await self.runner.cleanup()  # stops accepting, waits for handlers, closes
+
+
+async def start_webhook(config: WebhookConfig,
+                        metrics: WebhookMetrics | None = None) -> WebhookServer:
+    state = new_state(config, metrics)
+    app = build_app(state, policy_interval=config.policy_interval,
+                    cert_interval=config.cert_interval)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=config.shutdown_timeout)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port,
+                       ssl_context=state.tls.context if state.tls else None,
+                       shutdown_timeout=config.shutdown_timeout)
+    await site.start()
+    return WebhookServer(config, state, runner)
+
+
+async def run_webhook(config: WebhookConfig) -> None:
+    """Serve until SIGTERM or SIGINT, then drain and stop."""
+    server = await start_webhook(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    scheme = "https" if config.cert_dir else "http"
+    log.info("berth webhook serving %s://%s:%d/mutate-pods (policy generation %s)",
+             scheme, config.host, server.port, server.state.policies.policy.generation)
+    await stop.wait()
+    log.info("shutting down: draining in-flight reviews")
+    await server.stop()
