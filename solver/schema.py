@@ -72,7 +72,8 @@ class _Reader:
             return None
         for key in value:
             if not isinstance(key, str) or key not in allowed:
-                near = difflib.get_close_matches(str(key), allowed, n=1)
+                near = difflib.get_close_matches(str(key), allowed, n=1) or [
+                    a for a in allowed if a.startswith(str(key))][:1]
                 hint = f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(allowed)}"
                 self.err(_join(path, str(key)), f"unknown field{hint}")
         return value
@@ -266,7 +267,7 @@ EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
 
-def _gpus(r: _Reader, value: object, path: str) -> tuple[GPU, ...]:
+def _gpus(r: _Reader, value: object, path: str, node: str) -> tuple[GPU, ...]:
     if isinstance(value, dict):  # shorthand: {count: 8, model: A100, memory_mib, nvlink_size}
         d = r.obj(value, path, GPU_GROUP_FIELDS)
         assert d is not None
@@ -276,7 +277,7 @@ def _gpus(r: _Reader, value: object, path: str) -> tuple[GPU, ...]:
         size = r.integer(d, "nvlink_size", path, lo=0)
         gpus = []
         for i in range(count):
-            nv = f"nv{i // size}" if size else None
+            nv = f"{node}/nv{i // size}" if size else None  # NVLink domains are per node
             g = r.build(path, GPU, i, model or "?", mem, nv)
             if g is not None:
                 gpus.append(g)
@@ -331,7 +332,7 @@ def _nodes(r: _Reader, value: object) -> tuple[Node, ...]:
         names.add(name)
         cpu = r.integer(d, "cpu_milli", p, required=True)
         mem = r.integer(d, "memory_mib", p, required=True)
-        gpus = _gpus(r, d.get("gpus"), f"{p}.gpus") if d.get("gpus") is not None else ()
+        gpus = _gpus(r, d.get("gpus"), f"{p}.gpus", name) if d.get("gpus") is not None else ()
         labels = r.str_map(d, "labels", p)
         topology = r.str_map(d, "topology", p)
         taints = []
@@ -463,6 +464,7 @@ def _pods(r: _Reader, value: object, path: str) -> tuple[PodRequest, ...]:
         r.err(path, "a gang needs at least one pod")
     for i, raw in enumerate(raw_pods):
         p = f"{path}[{i}]"
+        before = len(r.errors)
         d = r.obj(raw, p, POD_FIELDS)
         if d is None:
             continue
@@ -485,7 +487,7 @@ def _pods(r: _Reader, value: object, path: str) -> tuple[PodRequest, ...]:
             _affinity(r, d.get("affinity"), f"{p}.affinity"),
             _tolerations(r, d.get("tolerations"), f"{p}.tolerations"),
         )
-        if not name:
+        if not name or len(r.errors) > before:
             continue
         names = [name] if replicas == 1 else [f"{name}-{k}" for k in range(replicas)]
         for n in names:
@@ -588,6 +590,11 @@ def parse_policy(r: _Reader, value: object, path: str = "policy") -> SolverPolic
 def parse_snapshot(data: object) -> Snapshot:
     """Build a snapshot from plain data, or raise :class:`SnapshotError` with every problem."""
     r = _Reader()
+    if not isinstance(data, dict):
+        what = "empty" if data is None else f"a {_kind(data)}"
+        raise SnapshotError([FieldError("", f"the snapshot must be a mapping with nodes, "
+                                            f"gangs, ... (see docs/snapshot-format.md); it is "
+                                            f"{what}")])
     d = r.obj(data, "", TOP_FIELDS)
     if d is None:
         raise SnapshotError(r.errors)

@@ -1,0 +1,147 @@
+"""``berth solve SNAPSHOT``: place a snapshot's pending gangs offline and show the plan.
+
+The same code path as the controller: parse the snapshot (docs/snapshot-format.md), optionally
+take tenants and solver knobs from the admin's policy file, call :func:`solver.api.solve`, and
+print the plan as a table or as JSON. Bad input is reported with the file, the field path and
+the problem, exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from admission.cli import UsageError
+
+NAME = "solve"
+HELP = "Place the pending gangs of a cluster snapshot (YAML or JSON) and print the plan."
+SOLVER_CHOICES = ("cpsat", "fgd", "bestfit", "firstfit", "random")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("snapshot", metavar="SNAPSHOT",
+                        help="cluster snapshot with pending gangs (see docs/snapshot-format.md)")
+    parser.add_argument("--policy", metavar="POLICY.yaml",
+                        help="admin policy whose tenants and solver settings replace the "
+                             "snapshot's")
+    parser.add_argument("--solver", choices=SOLVER_CHOICES, default="cpsat",
+                        help="placement policy (default: cpsat)")
+    parser.add_argument("--time-limit", type=float, default=1.0, metavar="S",
+                        help="seconds the solve may take (default: 1.0)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="CP-SAT worker threads (default: 1)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def _load(path: str) -> object:
+    import yaml
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"{where}: not valid YAML or JSON: {problem}") from None
+
+
+def _errors(path: str, lines: list[str]) -> int:
+    for line in lines:
+        print(f"{path}: {line}", file=sys.stderr)
+    n = len(lines)
+    print(f"{path}: {n} error{'s' if n != 1 else ''}; nothing was solved", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from solver.api import solve
+    from solver.schema import SnapshotError, parse_snapshot, plan_to_dict
+    from solver.types import ProblemError
+
+    if args.time_limit <= 0:
+        raise UsageError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    if args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    try:
+        snapshot = parse_snapshot(_load(args.snapshot))
+    except SnapshotError as exc:
+        return _errors(args.snapshot, [str(e) for e in exc.errors])
+    if args.policy:
+        from admission.policy import PolicyError, load_policy, to_solver
+
+        try:
+            policy = load_policy(args.policy)
+        except PolicyError as exc:
+            for issue in exc.issues:
+                print(issue.render(args.policy), file=sys.stderr)
+            print(f"{args.policy}: the policy was not accepted; nothing was solved",
+                  file=sys.stderr)
+            return 2
+        solver_policy, tenants = to_solver(policy)
+        try:
+            snapshot = replace(snapshot, policy=solver_policy, tenants=tenants or snapshot.tenants)
+        except ProblemError as exc:
+            return _errors(args.snapshot, [f"{exc.path}: {exc.message} (with the tenants of "
+                                           f"{args.policy})"])
+    plan = solve(snapshot, solver=args.solver, time_limit=args.time_limit, seed=args.seed,
+                 workers=args.workers)
+    data = plan_to_dict(plan)
+    if args.json:
+        json.dump(data, sys.stdout, indent=2)
+        print()
+    else:
+        _print_table(snapshot, data)
+    return 0
+
+
+def _shares(gpus: list[dict[str, Any]]) -> str:
+    if not gpus:
+        return "-"
+    return ", ".join(f"GPU{g['index']}" + ("" if g["milli"] == 1000 else f"×{g['milli']}m")
+                     for g in gpus)
+
+
+def _print_table(snapshot: Any, data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    tenants = {g.name: g.tenant for g in snapshot.gangs}
+    admitted = Table(title=f"Admitted gangs ({len(data['admitted'])})", title_justify="left")
+    for col in ("gang", "tenant", "pod", "node", "GPU shares"):
+        admitted.add_column(col)
+    for g in data["admitted"]:
+        for i, p in enumerate(g["pods"]):
+            first = i == 0
+            admitted.add_row(g["gang"] if first else "", tenants.get(g["gang"], "") if first
+                             else "", p["pod"], p["node"], _shares(p["gpus"]))
+    console.print(admitted)
+    deferred = Table(title=f"Deferred gangs ({len(data['deferred'])})", title_justify="left")
+    deferred.add_column("gang")
+    deferred.add_column("tenant")
+    deferred.add_column("reason")
+    for d in data["deferred"]:
+        deferred.add_row(d["gang"], tenants.get(d["gang"], ""), d["reason"])
+    console.print(deferred)
+    s = data["stats"]
+    stats = Table(title="Solver", title_justify="left", show_header=False)
+    stats.add_column("what")
+    stats.add_column("value")
+    stats.add_row("solver", s["solver"])
+    stats.add_row("status", s["status"] + (" (greedy fallback)" if s["fallback"] else ""))
+    stats.add_row("wall time", f"{s['wall_seconds'] * 1000:.0f} ms")
+    if s["objective"] is not None:
+        stats.add_row("objective / bound", f"{s['objective']:.1f} / {s['bound']:.1f}")
+    for k, v in s["detail"].items():
+        stats.add_row(k, f"{v:.3f}" if isinstance(v, float) and not v.is_integer() else
+                      f"{v:g}")
+    console.print(stats)
