@@ -111,6 +111,10 @@ class Releaser:
         except ApiError as exc:
             result.error = f"backend {self.backend.name}: {exc}"
             return result
+        for pod in info.gated:
+            problem = self.backend.problem(pod)
+            if problem:
+                log.warning("pod %s: %s", tr.pod_key(pod), problem)
         written: list[tuple[Obj, str]] = []
         for pp in placement.pods:
             pod = pods.get(pp.pod)
