@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from admission import constants as c
+from admission.agent import schema as agent_schema
 from admission.controller import keys, quantity
 from solver.types import (
     GPU,
@@ -309,9 +310,16 @@ def node_ready(node: Obj) -> bool:
 
 
 def node_gpus(node: Obj) -> tuple[GPU, ...]:
-    """GPUs from the allocatable ``nvidia.com/gpu`` count and the labels the node agent or GPU
-    Feature Discovery publish (model, memory per GPU)."""
+    """GPUs as the node agent describes them (``berth.dev/gpus``: model, memory, NVLink domain,
+    MIG, lost GPUs left out), else from the allocatable ``nvidia.com/gpu`` count and the GPU
+    Feature Discovery labels (model, memory per GPU)."""
     name = meta(node).get("name", "")
+    described = annotations(node).get(agent_schema.ANNOTATION_GPUS)
+    if described:
+        try:
+            return agent_schema.gpus_from_annotation(name, described)
+        except ValueError as exc:
+            raise TranslationError(f"node {name}: {exc}") from None
     status = node.get("status") or {}
     alloc = status.get("allocatable") or status.get("capacity") or {}
     raw = alloc.get(c.RESOURCE_GPU)

@@ -118,3 +118,22 @@ def test_random_annotations_give_a_pod_or_a_named_error(ann: dict[str, str]) -> 
         tr.priority(p)
     except TranslationError as exc:
         assert "team-a/r" in str(exc)
+
+
+def test_agent_annotation_wins_over_gfd_labels() -> None:
+    import json
+
+    n = node("agent-node", gpus=4)
+    gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "NVIDIA H100 80GB HBM3",
+             "memory_mib": 81559, "pci_bus_id": f"00000000:1{i}:00.0", "numa_node": 0,
+             "compute_capability": "9.0", "mig_enabled": False, "mig": [],
+             "nvlink_domain": "nvl0" if i < 2 else "nvl1", "nvlink_links": 4,
+             "nvlink_gpu_peers": [], "power_limit_w": 700,
+             "error": "GPU is lost" if i == 3 else None} for i in range(4)]
+    n["metadata"]["annotations"]["berth.dev/gpus"] = json.dumps(gpus)
+    got = tr.node_from_api(n, TOPO).gpus
+    assert [(g.index, g.nvlink_domain) for g in got] == [
+        (0, "agent-node/nvl0"), (1, "agent-node/nvl0"), (2, "agent-node/nvl1")]
+    n["metadata"]["annotations"]["berth.dev/gpus"] = "{not json"
+    with pytest.raises(TranslationError, match=r"node agent-node: berth\.dev/gpus"):
+        tr.node_from_api(n, TOPO)
