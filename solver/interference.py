@@ -106,8 +106,10 @@ def slowdown(
     w_sm, w_bw = _weights(profile)
     if w_sm == 0.0 and w_bw == 0.0:
         return 1.0
-    rest_sm = sum(o.sm for o in others)
-    rest_bw = sum(o.membw for o in others)
+    rest_sm = rest_bw = 0.0
+    for o in others:  # a plain loop: this runs for every pair the CP-SAT model considers
+        rest_sm += o.sm
+        rest_bw += o.membw
     stretch_sm = max(1.0, profile.sm + rest_sm) + contention * min(rest_sm, 1.0)
     stretch_bw = max(1.0, profile.membw + rest_bw) + contention * min(rest_bw, 1.0)
     return max(1.0, w_sm * stretch_sm + w_bw * stretch_bw)
