@@ -46,8 +46,10 @@ class Controller:
     def __init__(self, *, api: ClusterApi, settings: Settings, identity: str,
                  namespace: str = "berth-system", lease_name: str = "berth-controller",
                  clock: Callable[[], datetime] = utcnow, solve: Solve | None = None,
-                 fast_solve: Solve | None = None, metrics: Metrics | None = None) -> None:
+                 fast_solve: Solve | None = None, metrics: Metrics | None = None,
+                 settings_source: Callable[[], Settings] | None = None) -> None:
         self.api = api
+        self.settings_source = settings_source  # polled before each cycle (policy reloads)
         self.settings = settings
         self.clock = clock
         self.metrics = metrics or Metrics()
@@ -85,6 +87,17 @@ class Controller:
         changed = self.inventory.apply_pod(event, pod)
         if changed and event != "DELETED" and self.is_fast_path(pod):
             self._wake.set()
+
+    def update_settings(self, settings: Settings) -> None:
+        """A new policy version: the next cycle uses it (backend and queues included)."""
+        self.settings = settings
+        self.backend = make_backend(settings.backend)
+        self.cycle.settings = settings
+        self.releaser.backend = self.backend
+        self.releaser.queues = settings.queues
+        if self._worker is not None:
+            self._worker.solver = settings.solver
+            self._worker.time_limit = settings.time_limit_seconds
 
     def is_fast_path(self, pod: Json) -> bool:
         return tr.has_berth_gate(pod) and tr.qos_class(pod) in self.settings.fast_path_classes
@@ -133,6 +146,10 @@ class Controller:
                     next_batch = time.monotonic() + window
                 continue
             try:
+                if self.settings_source is not None:
+                    fresh = self.settings_source()
+                    if fresh is not self.settings:
+                        self.update_settings(fresh)
                 if time.monotonic() >= next_batch:
                     next_batch = time.monotonic() + window
                     self.run_cycle()

@@ -1,0 +1,67 @@
+"""``berth serve``: the webhook and the batch controller in one process (what config/ deploys)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+NAME = "serve"
+HELP = "Run the admission webhook and the batch controller (leader-elected) together."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy", required=True, type=Path, metavar="FILE",
+                        help="the policy YAML (reloaded when it changes)")
+    parser.add_argument("--cert-dir", required=True, type=Path, metavar="DIR",
+                        help="directory with tls.crt and tls.key for the webhook")
+    parser.add_argument("--kubeconfig", metavar="K", default=None,
+                        help="kubeconfig file (default: the in-cluster service account)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address the webhook binds (default 127.0.0.1; 0.0.0.0 in a pod)")
+    parser.add_argument("--port", type=int, default=8443, help="webhook port (default 8443)")
+    parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "berth-system"),
+                        help="namespace of the leader-election Lease (default $POD_NAMESPACE)")
+    parser.add_argument("--lease-name", default="berth-controller")
+    parser.add_argument("--identity", default="",
+                        help="this replica's name in the Lease (default $POD_NAME or hostname)")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from admission.certs import CertError
+    from admission.cli import UsageError
+    from admission.policy import PolicyError
+
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port must be 1..65535, got {args.port}")
+    if not args.policy.is_file():
+        raise UsageError(f"--policy: no such file {args.policy}")
+    if args.kubeconfig and not Path(args.kubeconfig).is_file():
+        raise UsageError(f"--kubeconfig: no such file {args.kubeconfig}")
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from kubernetes.config.config_exception import ConfigException
+
+    from admission.serve import ServeConfig, run_serve
+
+    cfg = ServeConfig(policy=args.policy, cert_dir=args.cert_dir, kubeconfig=args.kubeconfig,
+                      host=args.host, port=args.port, namespace=args.namespace,
+                      lease_name=args.lease_name, identity=args.identity)
+    try:
+        asyncio.run(run_serve(cfg))
+    except PolicyError as exc:
+        raise UsageError(f"--policy: the policy is not valid:\n{exc}") from None
+    except CertError as exc:
+        raise UsageError(f"--cert-dir: {exc}") from None
+    except ConfigException as exc:
+        raise UsageError(f"no cluster credentials ({exc}); pass --kubeconfig outside a "
+                         "cluster") from None
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: "
+                         f"{exc.strerror or exc}") from None
+    return 0

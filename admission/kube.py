@@ -1,0 +1,151 @@
+"""The controller's :class:`~admission.controller.api.ClusterApi` over the ``kubernetes`` client.
+
+Thin on purpose: every call asks for the raw JSON (``_preload_content=False``) so the controller
+works on the same dicts the API server sends and the tests record, and every failure becomes one
+of the protocol's exceptions (404 NotFound, 409 or a failed JSON-patch ``test`` Conflict, 410
+Gone, anything else ApiError) with the server's own message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from admission.controller.api import ApiError, Conflict, Gone, Json, NotFound
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+
+
+def load_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """In-cluster configuration unless a kubeconfig file is named."""
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+def _error(exc: ApiException) -> ApiError:
+    try:
+        message = json.loads(exc.body or "{}").get("message") or exc.reason
+    except (ValueError, AttributeError):
+        message = str(exc.reason)
+    status = int(exc.status or 0)
+    if status == 404:
+        return NotFound(status, message)
+    if status == 409:
+        return Conflict(status, message)
+    if status == 410:
+        return Gone(status, message)
+    if status == 422 and "test" in message.lower():
+        return Conflict(status, message)  # a JSON-patch test op failed: the object changed
+    return ApiError(status, message)
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Json:
+    try:
+        resp = fn(*args, _preload_content=False, **kwargs)
+    except ApiException as exc:
+        raise _error(exc) from None
+    except HTTPError as exc:
+        raise ApiError(0, f"no answer from the API server: {exc}") from None
+    data: Json = json.loads(resp.data or b"{}")
+    return data
+
+
+class KubeApi:
+    def __init__(self, api_client: client.ApiClient, *, request_timeout: float = 30.0) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.timeout = request_timeout
+
+    # ------------------------------------------------------------------ pods and nodes
+    def list_pods(self) -> tuple[list[Json], str]:
+        data = _call(self.core.list_pod_for_all_namespaces, _request_timeout=self.timeout)
+        return data.get("items") or [], data["metadata"]["resourceVersion"]
+
+    def list_nodes(self) -> tuple[list[Json], str]:
+        data = _call(self.core.list_node, _request_timeout=self.timeout)
+        return data.get("items") or [], data["metadata"]["resourceVersion"]
+
+    def _watch(self, fn: Callable[..., Any], resource_version: str,
+               timeout_seconds: int) -> Iterator[tuple[str, Json]]:
+        w = watch.Watch()
+        try:
+            for event in w.stream(fn, resource_version=resource_version,
+                                  timeout_seconds=timeout_seconds, allow_watch_bookmarks=True,
+                                  _request_timeout=timeout_seconds + 30):
+                raw = event.get("raw_object") or {}
+                if event.get("type") == "ERROR" and raw.get("code") == 410:
+                    raise Gone(410, raw.get("message", "resource version too old"))
+                yield event["type"], raw
+        except ApiException as exc:
+            raise _error(exc) from None
+        except HTTPError as exc:
+            raise ApiError(0, f"watch interrupted: {exc}") from None
+        finally:
+            w.stop()
+
+    def watch_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, Json]]:
+        return self._watch(self.core.list_pod_for_all_namespaces, resource_version,
+                           timeout_seconds)
+
+    def watch_nodes(self, resource_version: str,
+                    timeout_seconds: int) -> Iterator[tuple[str, Json]]:
+        return self._watch(self.core.list_node, resource_version, timeout_seconds)
+
+    def get_pod(self, namespace: str, name: str) -> Json | None:
+        try:
+            return _call(self.core.read_namespaced_pod, name, namespace,
+                         _request_timeout=self.timeout)
+        except NotFound:
+            return None
+
+    def patch_pod(self, namespace: str, name: str, ops: list[Json]) -> Json:
+        return _call(self.core.patch_namespaced_pod, name, namespace, ops,
+                     _content_type=JSON_PATCH, _request_timeout=self.timeout)
+
+    def set_pod_condition(self, namespace: str, name: str, condition: Json) -> Json:
+        # Pod conditions merge by type under a strategic merge patch: only ours changes.
+        return _call(self.core.patch_namespaced_pod_status, name, namespace,
+                     {"status": {"conditions": [condition]}}, _content_type=STRATEGIC_MERGE,
+                     _request_timeout=self.timeout)
+
+    # ------------------------------------------------------------------ events, leases, CRs
+    def create_event(self, namespace: str, event: Json) -> None:
+        _call(self.core.create_namespaced_event, namespace, event, _request_timeout=self.timeout)
+
+    def get_lease(self, namespace: str, name: str) -> Json | None:
+        try:
+            return _call(self.coordination.read_namespaced_lease, name, namespace,
+                         _request_timeout=self.timeout)
+        except NotFound:
+            return None
+
+    def create_lease(self, namespace: str, lease: Json) -> Json:
+        return _call(self.coordination.create_namespaced_lease, namespace, lease,
+                     _request_timeout=self.timeout)
+
+    def replace_lease(self, namespace: str, name: str, lease: Json) -> Json:
+        return _call(self.coordination.replace_namespaced_lease, name, namespace, lease,
+                     _request_timeout=self.timeout)
+
+    def apply_custom(self, group: str, version: str, plural: str, namespace: str,
+                     body: Json) -> Json:
+        """Create the object, or bring the spec and labels of an existing one up to date."""
+        try:
+            return _call(self.custom.create_namespaced_custom_object, group, version,
+                         namespace, plural, body, _request_timeout=self.timeout)
+        except Conflict:
+            patch = {"metadata": {"labels": body["metadata"].get("labels") or {}},
+                     "spec": body.get("spec") or {}}
+            return _call(self.custom.patch_namespaced_custom_object, group, version,
+                         namespace, plural, body["metadata"]["name"], patch,
+                         _content_type=MERGE_PATCH, _request_timeout=self.timeout)
