@@ -216,12 +216,12 @@ def pair_table(
 @dataclass(frozen=True, slots=True)
 class UtilisationSample:
     """One solo observation of a class: SM and memory-bandwidth busy fractions (0..1) and the
-    GPU memory it held (MiB)."""
+    GPU memory it held (MiB; None when not measured, which leaves the footprint as it was)."""
 
     qos_class: str
     sm: float
     membw: float
-    memory_mib: int = 0
+    memory_mib: int | None = None
 
     def __post_init__(self) -> None:
         p = f"samples[{self.qos_class}]"
@@ -229,7 +229,7 @@ class UtilisationSample:
             raise ProblemError(f"{p}.sm", f"must be in [0, 1], got {self.sm}")
         if not 0 <= self.membw <= 1:
             raise ProblemError(f"{p}.membw", f"must be in [0, 1], got {self.membw}")
-        if self.memory_mib < 0:
+        if self.memory_mib is not None and self.memory_mib < 0:
             raise ProblemError(f"{p}.memory_mib", f"must be >= 0, got {self.memory_mib}")
 
 
@@ -246,13 +246,16 @@ def refine_profile(
         )
     sm = (1 - alpha) * profile.sm + alpha * sample.sm
     membw = (1 - alpha) * profile.membw + alpha * sample.membw
-    avg_mem = (1 - alpha) * profile.memory_mib + alpha * sample.memory_mib
+    memory = profile.memory_mib
+    if sample.memory_mib is not None:
+        avg_mem = (1 - alpha) * profile.memory_mib + alpha * sample.memory_mib
+        # Floor, so integer steps do not stall above the observed footprint.
+        memory = max(math.floor(avg_mem), sample.memory_mib)
     return replace(
         profile,
         sm=min(1.0, max(0.0, sm)),
         membw=min(1.0, max(0.0, membw)),
-        # Floor, so integer steps do not stall above the observed footprint.
-        memory_mib=max(math.floor(avg_mem), sample.memory_mib),
+        memory_mib=memory,
     )
 
 

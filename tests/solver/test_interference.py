@@ -189,6 +189,13 @@ def test_refinement_never_forgets_a_larger_footprint() -> None:
     assert refined.memory_mib == 30_000
 
 
+def test_refinement_without_a_memory_reading_keeps_the_footprint() -> None:
+    p = QoSProfile(name="x", sm=0.1, membw=0.1, memory_mib=12_000)
+    refined = refine_profile(p, UtilisationSample("x", 0.9, 0.9), alpha=0.5)
+    assert refined.memory_mib == 12_000
+    assert refined.sm == pytest.approx(0.5)
+
+
 def test_refinement_rejects_bad_input_naming_the_field() -> None:
     p = P["training"]
     with pytest.raises(ProblemError, match=r"refine\.alpha"):
