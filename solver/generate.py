@@ -74,7 +74,7 @@ class ClusterSpec:
     """
 
     racks: int = 2
-    nodes_per_rack: int = 3
+    nodes_per_rack: int = 4
     racks_per_block: int = 2
     mix: tuple[tuple[NodeShape, float], ...] = ((H100, 1.0), (A100, 2.0), (L4, 2.0), (T4, 1.0))
     tainted: int = 0
@@ -266,8 +266,8 @@ class WorkloadSpec:
     """
 
     tenants: tuple[TenantSpec, ...] = DEFAULT_TENANTS
-    horizon_s: float = 1800.0
-    load: float = 1.2
+    horizon_s: float = 2700.0
+    load: float = 1.5
     cpu_milli_per_gpu: int = 8_000
     memory_mib_per_gpu: int = 32_768
     tolerate_dedicated: bool = True

@@ -1,0 +1,655 @@
+"""``berth simulate --mode timed``: a replay in simulated time, with queues, departures and
+tenants, through the same solver and checker as the live controller.
+
+How the clock works (a short recipe, as the controller's cycle):
+
+1. Gangs join their tenant's queue at their arrival time; placed gangs leave when they have run
+   for their duration, freeing capacity at that exact moment.
+2. The controller wakes at the end of each batch window (multiples of ``window_s``). Windows in
+   which nothing arrived and nothing left are skipped: the snapshot would be the one already
+   solved, so the answer could not change capacity-wise.
+3. On waking, it builds a :class:`~solver.types.Snapshot` of what runs and what waits (the
+   oldest ``max_pending`` gangs, tenants interleaved so a burst of one cannot crowd the others
+   out), asks :func:`solver.api.solve` for a plan, and judges the plan with
+   :func:`solver.checker.check`. A violation stops the replay: the contract is that every
+   policy returns a feasible plan.
+4. Admitted gangs start at the window's end; the rest keep waiting, with their waiting time
+   (which the solver ages) growing.
+
+Everything that changes the GPUs' state goes through one place (:class:`_Cluster`), which
+integrates utilisation, per-tenant GPU time, energy and SLO attainment between changes.
+Interference is judged with the *true* QoS profiles of the scenario's policy even when the
+solver was shown an interference-oblivious policy (:func:`oblivious_policy`), so the two can be
+compared on equal terms.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from solver.checker import check
+from solver.interference import may_share, profile_for, resolve_profiles, within_slo
+from solver.metrics_sim import (
+    DEFAULT_ACTIVE_WATTS,
+    DEFAULT_IDLE_WATTS,
+    TenantShare,
+    gpu_power_watts,
+    jain_index,
+    percentiles,
+    tenant_shares,
+    time_weighted_mean,
+    weighted_max_min,
+)
+from solver.plan import Plan
+from solver.simulate.timed_scenario import Scenario, TimedGang
+from solver.types import (
+    MILLI,
+    Gang,
+    GpuShare,
+    ProblemError,
+    QoSProfile,
+    Running,
+    Snapshot,
+    SolverPolicy,
+)
+
+#: What places a snapshot: ``solver.api.solve`` with the policy's name bound in.
+SolveFn = Callable[[Snapshot], Plan]
+
+
+class SimulationError(RuntimeError):
+    """The replay met a plan the checker rejects (a solver bug), or an impossible state."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimedConfig:
+    """How a timed replay runs.
+
+    ``policy``: any name :func:`solver.api.solve` accepts. ``interference_aware=False`` shows
+    the solver :func:`oblivious_policy` instead of the scenario's policy. ``until_s``: stop the
+    clock there (None: run until nothing is left to happen). ``label``: the name results carry.
+    """
+
+    policy: str = "cpsat"
+    window_s: float = 5.0
+    time_limit_s: float = 2.0
+    seed: int = 0
+    interference_aware: bool = True
+    max_pending: int = 64
+    until_s: float | None = None
+    label: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.window_s <= 0:
+            raise ProblemError("window_s", f"must be > 0, got {self.window_s}")
+        if self.time_limit_s <= 0:
+            raise ProblemError("time_limit_s", f"must be > 0, got {self.time_limit_s}")
+        if self.max_pending < 1:
+            raise ProblemError("max_pending", f"must be >= 1, got {self.max_pending}")
+
+    @property
+    def name(self) -> str:
+        if self.label:
+            return self.label
+        return self.policy if self.interference_aware else f"{self.policy}-oblivious"
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GangOutcome:
+    """What became of one gang: ``state`` is ``departed``, ``running`` or ``waiting``."""
+
+    gang: str
+    tenant: str
+    arrival_s: float
+    start_s: float | None
+    end_s: float | None
+    state: str
+
+    @property
+    def wait_s(self) -> float | None:
+        return None if self.start_s is None else self.start_s - self.arrival_s
+
+
+@dataclass(frozen=True, slots=True)
+class TenantResult:
+    """One tenant's service. ``share``: its part of all GPU time handed out; ``entitled``: its
+    weight's part; ``fair_gpu_seconds``: what a weighted max-min fair split of the cluster over
+    the tenants' demand (running plus waiting) would have given it, integrated over time."""
+
+    tenant: str
+    weight: float
+    gangs: int
+    placed: int
+    gpu_seconds: float
+    share: float
+    entitled: float
+    fair_gpu_seconds: float
+    wait_p50_s: float
+    wait_p90_s: float
+
+    @property
+    def fair_ratio(self) -> float:
+        """GPU time received over its fair share (1.0: exactly fair; None-like 1.0 when it had
+        no demand at all)."""
+        return self.gpu_seconds / self.fair_gpu_seconds if self.fair_gpu_seconds > 0 else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SloResult:
+    """Latency-sensitive pods judged by the interference model while they ran.
+
+    ``attainment``: share of their pod-seconds spent with a predicted latency within the SLO
+    and no banned neighbour. ``latency_miss_s`` / ``ban_miss_s``: pod-seconds missed for each
+    reason (a second can miss for both). ``pods_always_met``: pods that never missed.
+    """
+
+    pods: int
+    pod_seconds: float
+    met_seconds: float
+    latency_miss_s: float
+    ban_miss_s: float
+    pods_always_met: int
+
+    @property
+    def attainment(self) -> float:
+        return self.met_seconds / self.pod_seconds if self.pod_seconds > 0 else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class TimedResult:
+    name: str
+    policy: str
+    window_s: float
+    seed: int
+    end_s: float
+    outcomes: tuple[GangOutcome, ...]
+    wait_percentiles_s: dict[str, float]
+    utilisation: tuple[tuple[float, float], ...]  # (time, allocated GPU fraction) steps
+    mean_utilisation: float  # over the arrival period: from 0 to the last arrival
+    tenants: tuple[TenantResult, ...]
+    jain: float  # Jain's index over the tenants' fair ratios
+    slo: SloResult
+    energy_kwh: float
+    solves: int
+    solve_seconds: float
+    fallbacks: int
+
+    def count(self, state: str) -> int:
+        return sum(1 for o in self.outcomes if o.state == state)
+
+    @property
+    def placed(self) -> int:
+        return sum(1 for o in self.outcomes if o.start_s is not None)
+
+    @property
+    def waits_s(self) -> tuple[float, ...]:
+        return tuple(o.wait_s for o in self.outcomes if o.wait_s is not None)
+
+    def summary(self) -> dict[str, object]:
+        """The headline figures as plain JSON-ready data."""
+        return {
+            "name": self.name,
+            "policy": self.policy,
+            "window": self.window_s,
+            "seed": self.seed,
+            "end_s": self.end_s,
+            "gangs": len(self.outcomes),
+            "placed": self.placed,
+            "departed": self.count("departed"),
+            "running_at_end": self.count("running"),
+            "waiting_at_end": self.count("waiting"),
+            "wait_s": self.wait_percentiles_s,
+            "mean_utilisation": self.mean_utilisation,
+            "jain": self.jain,
+            "tenants": [
+                {
+                    "tenant": t.tenant,
+                    "weight": t.weight,
+                    "gangs": t.gangs,
+                    "placed": t.placed,
+                    "gpu_hours": t.gpu_seconds / 3600,
+                    "share": t.share,
+                    "entitled": t.entitled,
+                    "fair_gpu_hours": t.fair_gpu_seconds / 3600,
+                    "fair_ratio": t.fair_ratio,
+                    "wait_p50_s": t.wait_p50_s,
+                    "wait_p90_s": t.wait_p90_s,
+                }
+                for t in self.tenants
+            ],
+            "slo_attainment": self.slo.attainment,
+            "slo_pods": self.slo.pods,
+            "slo_pods_always_met": self.slo.pods_always_met,
+            "slo_latency_miss_s": self.slo.latency_miss_s,
+            "slo_ban_miss_s": self.slo.ban_miss_s,
+            "energy_kwh": self.energy_kwh,
+            "solves": self.solves,
+            "solve_seconds": self.solve_seconds,
+            "fallbacks": self.fallbacks,
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Interference-oblivious packing
+# --------------------------------------------------------------------------------------------
+
+
+def oblivious_policy(policy: SolverPolicy) -> SolverPolicy:
+    """``policy`` as a solver blind to interference sees it: every QoS class (shipped and
+    declared) redefined as idle, never latency-sensitive, banning nothing, and the interference
+    weight zero. Memory footprints stay, as they are capacity, not interference."""
+    blind = tuple(
+        QoSProfile(name=p.name, sm=0.0, membw=0.0, memory_mib=p.memory_mib)
+        for p in resolve_profiles(policy.qos_classes).values()
+    )
+    w = policy.weights
+    return replace(policy, qos_classes=blind, weights=replace(w, interference=0.0))
+
+
+# --------------------------------------------------------------------------------------------
+# Cluster state and the integrals over time
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Placed:
+    timed: TimedGang
+    start_s: float
+    end_s: float
+    pods: list[Running]
+
+
+@dataclass(slots=True)
+class _Cluster:
+    """What runs where, and every time integral the result reports."""
+
+    scenario: Scenario
+    profiles: dict[str, QoSProfile]
+    now: float = 0.0
+    capacity_milli: int = 0
+    used_milli: int = 0
+    power_w: float = 0.0
+    energy_j: float = 0.0
+    series: list[tuple[float, float]] = field(default_factory=list)
+    tenant_milli: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    tenant_milli_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # what each tenant waits for, and the integral of its weighted max-min fair share
+    waiting_milli: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    fair_milli_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    weights: dict[str, float] = field(default_factory=dict)
+    # per GPU: milli in use and the running pods on it
+    gpu_used: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
+    gpu_pods: dict[tuple[str, int], list[Running]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    watts: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
+    running: dict[str, Running] = field(default_factory=dict)
+    # latency-sensitive pods: pod -> (latency ok, ban ok); and who ever missed
+    ls_state: dict[str, tuple[bool, bool]] = field(default_factory=dict)
+    ls_seen: set[str] = field(default_factory=set)
+    ls_missed: set[str] = field(default_factory=set)
+    ls_seconds: float = 0.0
+    ls_met: float = 0.0
+    ls_latency_miss: float = 0.0
+    ls_ban_miss: float = 0.0
+
+    def __post_init__(self) -> None:
+        policy = self.scenario.policy
+        for n in self.scenario.nodes:
+            for g in n.gpus:
+                idle = policy.idle_watts.get(g.model, DEFAULT_IDLE_WATTS)
+                active = policy.active_watts.get(g.model, DEFAULT_ACTIVE_WATTS)
+                self.watts[(n.name, g.index)] = (idle, active)
+                self.power_w += idle
+        self.capacity_milli = self.scenario.gpu_capacity_milli
+        self.weights = {t.name: t.weight for t in self.scenario.tenants}
+        self.series.append((0.0, 0.0))
+
+    def advance(self, t: float) -> None:
+        """Integrate everything from ``now`` to ``t`` at the current rates."""
+        dt = t - self.now
+        if dt < 0:
+            raise SimulationError(f"clock moved back from {self.now} to {t}")
+        if dt == 0:
+            return
+        self.energy_j += self.power_w * dt
+        for tenant, milli in self.tenant_milli.items():
+            self.tenant_milli_s[tenant] += milli * dt
+        demands = {
+            name: self.tenant_milli.get(name, 0) + self.waiting_milli.get(name, 0)
+            for name in self.weights
+        }
+        if any(demands.values()):
+            fair = weighted_max_min(self.capacity_milli, demands, self.weights)
+            for name, fair_milli in fair.items():
+                self.fair_milli_s[name] += fair_milli * dt
+        n = len(self.ls_state)
+        lat_ok = sum(1 for ok, _ in self.ls_state.values() if ok)
+        ban_ok = sum(1 for _, ok in self.ls_state.values() if ok)
+        met = sum(1 for a, b in self.ls_state.values() if a and b)
+        self.ls_seconds += n * dt
+        self.ls_met += met * dt
+        self.ls_latency_miss += (n - lat_ok) * dt
+        self.ls_ban_miss += (n - ban_ok) * dt
+        self.now = t
+
+    def _profile(self, r: Running) -> QoSProfile:
+        return profile_for(r.qos_class, self.profiles)
+
+    def _judge(self, key: tuple[str, int]) -> None:
+        """Re-judge every latency-sensitive pod on GPU ``key`` against its neighbours."""
+        pods = self.gpu_pods.get(key, [])
+        for r in pods:
+            me = self._profile(r)
+            if not me.latency_sensitive:
+                continue
+            others = [self._profile(o) for o in pods if o is not r]
+            lat_ok = within_slo(me, others)
+            ban_ok = all(may_share(me, o) for o in others)
+            self.ls_state[r.name] = (lat_ok, ban_ok)
+            self.ls_seen.add(r.name)
+            if not (lat_ok and ban_ok):
+                self.ls_missed.add(r.name)
+
+    def _set_gpu(self, key: tuple[str, int], delta: int) -> None:
+        idle, active = self.watts[key]
+        before = self.gpu_used[key]
+        after = before + delta
+        self.power_w += gpu_power_watts(idle, active, after) - gpu_power_watts(idle, active, before)
+        self.gpu_used[key] = after
+
+    def enqueue(self, timed: TimedGang) -> None:
+        self.waiting_milli[timed.gang.tenant] += timed.gang.gpu_demand_milli
+
+    def start(self, placed: _Placed) -> None:
+        tenant = placed.timed.gang.tenant
+        self.waiting_milli[tenant] -= placed.timed.gang.gpu_demand_milli
+        touched: set[tuple[str, int]] = set()
+        for r in placed.pods:
+            self.running[r.name] = r
+            for s in r.gpus:
+                key = (r.node, s.index)
+                self._set_gpu(key, s.milli)
+                self.gpu_pods[key].append(r)
+                self.used_milli += s.milli
+                self.tenant_milli[tenant] += s.milli
+                touched.add(key)
+        for key in touched:
+            self._judge(key)
+        self.series.append((self.now, self.used_milli / self.capacity_milli))
+
+    def stop(self, placed: _Placed) -> None:
+        tenant = placed.timed.gang.tenant
+        touched: set[tuple[str, int]] = set()
+        for r in placed.pods:
+            del self.running[r.name]
+            self.ls_state.pop(r.name, None)
+            for s in r.gpus:
+                key = (r.node, s.index)
+                self._set_gpu(key, -s.milli)
+                self.gpu_pods[key].remove(r)
+                self.used_milli -= s.milli
+                self.tenant_milli[tenant] -= s.milli
+                touched.add(key)
+        for key in touched:
+            self._judge(key)
+        self.series.append((self.now, self.used_milli / self.capacity_milli))
+
+
+# --------------------------------------------------------------------------------------------
+# The replay
+# --------------------------------------------------------------------------------------------
+
+
+def _take_pending(
+    queues: dict[str, deque[TimedGang]], limit: int
+) -> list[TimedGang]:
+    """Up to ``limit`` waiting gangs, oldest first within each tenant, tenants taken in turn
+    (a round-robin over queues ordered by their oldest arrival)."""
+    heads = sorted(
+        (q[0].arrival_s, t) for t, q in queues.items() if q
+    )
+    iters = [iter(queues[t]) for _, t in heads]
+    out: list[TimedGang] = []
+    while iters and len(out) < limit:
+        alive = []
+        for it in iters:
+            nxt = next(it, None)
+            if nxt is None:
+                continue
+            out.append(nxt)
+            alive.append(it)
+            if len(out) >= limit:
+                break
+        iters = alive
+    return out
+
+
+def _running_pods(placement_pods: dict[str, tuple[str, tuple[GpuShare, ...]]], gang: Gang
+                  ) -> list[Running]:
+    out = []
+    for pod in gang.pods:
+        node, gpus = placement_pods[pod.name]
+        out.append(
+            Running(
+                name=pod.name,
+                node=node,
+                cpu_milli=pod.cpu_milli,
+                memory_mib=pod.memory_mib,
+                gpus=gpus,
+                tenant=gang.tenant,
+                qos_class=pod.qos_class,
+            )
+        )
+    return out
+
+
+def default_solve(config: TimedConfig) -> SolveFn:
+    """:func:`solver.api.solve` with ``config``'s policy, time limit and seed."""
+    from solver.api import SOLVERS, solve
+
+    if config.policy not in SOLVERS:
+        raise ProblemError("policy", f"must be one of {', '.join(SOLVERS)}, got {config.policy!r}")
+    name = next(s for s in SOLVERS if s == config.policy)  # narrowed to the solver's names
+
+    def run(snapshot: Snapshot) -> Plan:
+        return solve(snapshot, solver=name, time_limit=config.time_limit_s, seed=config.seed)
+
+    return run
+
+
+def simulate_timed(
+    scenario: Scenario,
+    config: TimedConfig | None = None,
+    *,
+    solve: SolveFn | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> TimedResult:
+    """Replay ``scenario`` in simulated time under ``config``. ``solve`` replaces the call into
+    :mod:`solver.api` (the same policy for every window); ``progress`` gets the share of
+    arrivals seen so far after each window."""
+    config = config or TimedConfig()
+    solve = solve or default_solve(config)
+    truth = scenario.policy
+    shown = truth if config.interference_aware else oblivious_policy(truth)
+    cluster = _Cluster(scenario=scenario, profiles=resolve_profiles(truth.qos_classes))
+    arrivals = scenario.arrivals
+    queues: dict[str, deque[TimedGang]] = {t.name: deque() for t in scenario.tenants}
+    placed: dict[str, _Placed] = {}
+    departures: list[tuple[float, str]] = []  # heap of (end, gang)
+    departed: set[str] = set()
+    next_arrival = 0
+    solves = 0
+    solve_seconds = 0.0
+    fallbacks = 0
+    until = config.until_s
+    w = config.window_s
+    last_boundary = -w  # so that an arrival at 0 is solved in the window ending at 0
+
+    def next_event() -> float | None:
+        cands = []
+        if next_arrival < len(arrivals):
+            cands.append(arrivals[next_arrival].arrival_s)
+        if departures:
+            cands.append(departures[0][0])
+        return min(cands) if cands else None
+
+    while True:
+        ev = next_event()
+        if ev is None:
+            break
+        # 1. the controller's next wake-up: the first window end at or after the next event
+        boundary = max(-(-ev // w) * w, last_boundary + w)
+        stop = until is not None and boundary > until
+        horizon = until if stop and until is not None else boundary
+        # 2. departures and arrivals up to the window's end, each at its own time
+        while departures and departures[0][0] <= horizon:
+            end, name = heapq.heappop(departures)
+            cluster.advance(end)
+            cluster.stop(placed[name])
+            departed.add(name)
+        while next_arrival < len(arrivals) and arrivals[next_arrival].arrival_s <= horizon:
+            a = arrivals[next_arrival]
+            queues[a.gang.tenant].append(a)
+            cluster.enqueue(a)
+            next_arrival += 1
+        cluster.advance(horizon)
+        if stop:
+            break
+        last_boundary = boundary
+        if not any(queues.values()):
+            continue
+        # 3. snapshot, solve, check
+        pending = _take_pending(queues, config.max_pending)
+        gangs = tuple(
+            replace(a.gang, wait_seconds=max(0.0, boundary - a.arrival_s)) for a in pending
+        )
+        snapshot = Snapshot(
+            nodes=scenario.nodes,
+            gangs=gangs,
+            running=tuple(cluster.running.values()),
+            tenants=scenario.tenants,
+            policy=shown,
+        )
+        t0 = time.perf_counter()
+        plan = solve(snapshot)
+        solve_seconds += time.perf_counter() - t0
+        solves += 1
+        fallbacks += int(plan.stats.fallback)
+        violations = check(snapshot, plan)
+        if violations:
+            lines = "; ".join(str(v) for v in violations[:5])
+            raise SimulationError(
+                f"{config.name} at t={boundary:g}s: the checker rejects the plan "
+                f"({len(violations)} violation(s)): {lines}"
+            )
+        # 4. admitted gangs start now
+        by_name = {a.gang.name: a for a in pending}
+        for gp in plan.admitted:
+            timed = by_name[gp.gang]
+            pods = {pp.pod: (pp.node, pp.gpus) for pp in gp.pods}
+            p = _Placed(timed, boundary, boundary + timed.duration_s,
+                        _running_pods(pods, timed.gang))
+            placed[gp.gang] = p
+            cluster.start(p)
+            heapq.heappush(departures, (p.end_s, gp.gang))
+            queues[timed.gang.tenant].remove(timed)
+        if progress is not None and arrivals:
+            progress(next_arrival / len(arrivals))
+
+    end = cluster.now if until is None else max(cluster.now, until)
+    cluster.advance(end)
+    return _result(scenario, config, cluster, placed, departed, queues, end,
+                   solves, solve_seconds, fallbacks)
+
+
+def _result(
+    scenario: Scenario,
+    config: TimedConfig,
+    cluster: _Cluster,
+    placed: dict[str, _Placed],
+    departed: set[str],
+    queues: dict[str, deque[TimedGang]],
+    end: float,
+    solves: int,
+    solve_seconds: float,
+    fallbacks: int,
+) -> TimedResult:
+    waiting = {a.gang.name for q in queues.values() for a in q}
+    outcomes = []
+    for a in scenario.arrivals:
+        name = a.gang.name
+        p = placed.get(name)
+        if p is not None:
+            state = "departed" if name in departed else "running"
+            outcomes.append(GangOutcome(name, a.gang.tenant, a.arrival_s, p.start_s, p.end_s,
+                                        state))
+        elif name in waiting:
+            outcomes.append(GangOutcome(name, a.gang.tenant, a.arrival_s, None, None, "waiting"))
+        # gangs arriving after `until` never entered the replay and are not reported
+    waits = [o.wait_s for o in outcomes if o.wait_s is not None]
+    weights = {t.name: t.weight for t in scenario.tenants}
+    gpu_seconds = {t: milli_s / MILLI for t, milli_s in cluster.tenant_milli_s.items()}
+    shares: list[TenantShare] = tenant_shares(gpu_seconds, weights)
+    tenants = []
+    for s in shares:
+        mine = [o for o in outcomes if o.tenant == s.tenant]
+        w = [o.wait_s for o in mine if o.wait_s is not None]
+        pct = percentiles(w, (50, 90))
+        tenants.append(
+            TenantResult(
+                tenant=s.tenant,
+                weight=weights[s.tenant],
+                gangs=len(mine),
+                placed=len(w),
+                gpu_seconds=s.gpu_seconds,
+                share=s.share,
+                entitled=s.entitled,
+                fair_gpu_seconds=cluster.fair_milli_s.get(s.tenant, 0.0) / MILLI,
+                wait_p50_s=pct["p50"],
+                wait_p90_s=pct["p90"],
+            )
+        )
+    slo = SloResult(
+        pods=len(cluster.ls_seen),
+        pod_seconds=cluster.ls_seconds,
+        met_seconds=cluster.ls_met,
+        latency_miss_s=cluster.ls_latency_miss,
+        ban_miss_s=cluster.ls_ban_miss,
+        pods_always_met=len(cluster.ls_seen - cluster.ls_missed),
+    )
+    return TimedResult(
+        name=config.name,
+        policy=config.policy,
+        window_s=config.window_s,
+        seed=config.seed,
+        end_s=end,
+        outcomes=tuple(outcomes),
+        wait_percentiles_s=percentiles(waits),
+        utilisation=tuple(cluster.series),
+        mean_utilisation=_loaded_mean(cluster.series, scenario, end),
+        tenants=tuple(tenants),
+        jain=jain_index([t.fair_ratio for t in tenants]) if tenants else 1.0,
+        slo=slo,
+        energy_kwh=cluster.energy_j / 3.6e6,
+        solves=solves,
+        solve_seconds=solve_seconds,
+        fallbacks=fallbacks,
+    )
+
+
+def _loaded_mean(series: list[tuple[float, float]], scenario: Scenario, end: float) -> float:
+    """Mean allocated fraction from 0 to the last arrival (the whole replay if that is 0):
+    the drain after the last arrival says nothing about a policy."""
+    last = scenario.arrivals[-1].arrival_s if scenario.arrivals else 0.0
+    horizon = min(last, end) if last > 0 else end
+    return time_weighted_mean([p for p in series if p[0] <= horizon], horizon)
