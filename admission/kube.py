@@ -64,6 +64,7 @@ class KubeApi:
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.admission = client.AdmissionregistrationV1Api(api_client)
         self.timeout = request_timeout
 
     # ------------------------------------------------------------------ pods and nodes
@@ -149,3 +150,26 @@ class KubeApi:
             return _call(self.custom.patch_namespaced_custom_object, group, version,
                          namespace, plural, body["metadata"]["name"], patch,
                          _content_type=MERGE_PATCH, _request_timeout=self.timeout)
+
+    # ------------------------------------------------------------------ self-signed certificates
+    def get_secret(self, namespace: str, name: str) -> Json | None:
+        try:
+            return _call(self.core.read_namespaced_secret, name, namespace,
+                         _request_timeout=self.timeout)
+        except NotFound:
+            return None
+
+    def create_secret(self, namespace: str, secret: Json) -> Json:
+        return _call(self.core.create_namespaced_secret, namespace, secret,
+                     _request_timeout=self.timeout)
+
+    def get_webhook_config(self, name: str) -> Json | None:
+        try:
+            return _call(self.admission.read_mutating_webhook_configuration, name,
+                         _request_timeout=self.timeout)
+        except NotFound:
+            return None
+
+    def patch_webhook_config(self, name: str, ops: list[Json]) -> Json:
+        return _call(self.admission.patch_mutating_webhook_configuration, name, ops,
+                     _content_type=JSON_PATCH, _request_timeout=self.timeout)

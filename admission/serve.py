@@ -16,6 +16,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from admission.controller import selfsigned
 from admission.controller.controller import Controller
 from admission.controller.metrics import Metrics
 from admission.controller.settings import Settings, from_policy
@@ -37,6 +38,11 @@ class ServeConfig:
     namespace: str = "berth-system"  # where the Lease lives
     lease_name: str = "berth-controller"
     identity: str = ""  # this replica's name in the Lease; default: the pod's (host) name
+    # Self-managed certificates (config/components/self-signed-certs): the Secret that holds
+    # them, the Service the certificate names, the webhook configuration that gets the CA.
+    self_signed_secret: str | None = None
+    webhook_service: str = "berth-webhook"
+    webhook_config: str = "berth"
 
 
 def identity_default() -> str:
@@ -60,6 +66,11 @@ class PolicySettings:
 
 async def run_serve(cfg: ServeConfig) -> None:
     api = KubeApi(load_client(cfg.kubeconfig))  # fails fast, before anything listens
+    if cfg.self_signed_secret:
+        await asyncio.get_running_loop().run_in_executor(None, lambda: selfsigned.ensure(
+            api, namespace=cfg.namespace, secret=cfg.self_signed_secret,
+            service=cfg.webhook_service, webhook_config=cfg.webhook_config,
+            cert_dir=cfg.cert_dir))
     registry = WebhookMetrics()
     server = await start_webhook(WebhookConfig(policy=cfg.policy, cert_dir=cfg.cert_dir,
                                                host=cfg.host, port=cfg.port), registry)

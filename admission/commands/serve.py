@@ -25,6 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-name", default="berth-controller")
     parser.add_argument("--identity", default="",
                         help="this replica's name in the Lease (default $POD_NAME or hostname)")
+    parser.add_argument("--self-signed-secret", metavar="NAME", default=None,
+                        help="keep the webhook certificate in this Secret (created when "
+                             "missing) and inject its CA into the webhook configuration")
+    parser.add_argument("--webhook-service", default="berth-webhook",
+                        help="Service the self-signed certificate names (default berth-webhook)")
+    parser.add_argument("--webhook-config", default="berth",
+                        help="MutatingWebhookConfiguration that gets the CA (default berth)")
     parser.add_argument("--log-level", default="INFO",
                         choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
@@ -51,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = ServeConfig(policy=args.policy, cert_dir=args.cert_dir, kubeconfig=args.kubeconfig,
                       host=args.host, port=args.port, namespace=args.namespace,
-                      lease_name=args.lease_name, identity=args.identity)
+                      lease_name=args.lease_name, identity=args.identity,
+                      self_signed_secret=args.self_signed_secret,
+                      webhook_service=args.webhook_service, webhook_config=args.webhook_config)
     try:
         asyncio.run(run_serve(cfg))
     except PolicyError as exc:
