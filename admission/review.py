@@ -22,7 +22,14 @@ from admission import constants as c
 from admission.gang import GangError, GangIdentity, identify_gang
 from admission.patch import PatchBuilder
 from admission.policy_model import Policy, Tenant
-from admission.review_demand import GpuDemand, PodProblem, containers, read_demand, string_map
+from admission.review_demand import (
+    GpuDemand,
+    PodProblem,
+    containers,
+    mapping,
+    read_demand,
+    string_map,
+)
 from admission.review_types import (
     AdmissionRequest,
     AdmissionResponse,
@@ -144,6 +151,7 @@ def review(request: Mapping[str, Any], policy: Policy) -> Decision:
     if tenant is None:
         return _allow(uid, "unmanaged-namespace")
     try:
+        mapping(pod, "metadata", "metadata")
         labels = string_map(meta, "labels", "metadata.labels")
         annotations = string_map(meta, "annotations", "metadata.annotations")
         demand = read_demand(pod, annotations)
@@ -166,6 +174,7 @@ def _admit(
     assert isinstance(spec, dict)
 
     _check_tenant(tenant, labels, annotations, policy, problems, warnings)
+    _check_env(spec, demand, problems)
     if spec.get("nodeName"):
         problems.append(PodProblem(
             "spec.nodeName", "a GPU pod managed by Berth is placed by Berth; remove nodeName",
@@ -228,6 +237,21 @@ def _check_tenant(
         else:
             warnings.append(f"{path}: tenant {claimed!r} replaced by {tenant.name!r} "
                             "(the namespace's tenant)")
+
+
+def _check_env(spec: Mapping[str, Any], demand: GpuDemand, problems: list[PodProblem]) -> None:
+    """The patch appends to each GPU container's env, which must therefore be a list."""
+    mains = containers(spec, "containers")
+    for i in demand.gpu_containers:
+        env = mains[i].get("env")
+        if env is None:
+            continue
+        if not isinstance(env, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("name"), str) for e in env
+        ):
+            problems.append(PodProblem(f"spec.containers[{i}].env",
+                                       "must be a list of {name, value|valueFrom}",
+                                       "malformed-pod"))
 
 
 def _scheduler(spec: Mapping[str, Any], policy: Policy, problems: list[PodProblem]) -> str | None:
@@ -490,8 +514,7 @@ def _patch_env(
     mains = containers(spec, "containers")
     for i in demand.gpu_containers:
         env = mains[i].get("env")
-        entries = env if isinstance(env, list) else []
-        have = {e.get("name") for e in entries if isinstance(e, dict)}
+        have = {e["name"] for e in env} if isinstance(env, list) else set()
         path = ("spec", "containers", i, "env")
         for name, field_path in c.DOWNWARD_ENV:
             if name not in have:

@@ -123,6 +123,7 @@ class WebhookState:
     tls: TlsReloader | None = None
     max_body: int = MAX_BODY
     draining: bool = False
+    in_flight: int = 0
     _decision_counters: dict[tuple[str, str], object] = field(default_factory=dict)
 
     def count(self, decision: Decision) -> None:
@@ -182,6 +183,7 @@ async def _mutate(request: web.Request) -> web.Response:
 async def _mutate_guarded(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     state.metrics.in_flight.inc()
+    state.in_flight += 1
     try:
         return await _mutate(request)
     except (ConnectionError, asyncio.CancelledError):
@@ -191,6 +193,7 @@ async def _mutate_guarded(request: web.Request) -> web.StreamResponse:
         state.metrics.bad_requests.labels(code="400").inc()
         return _plain(400, "the request could not be read")
     finally:
+        state.in_flight -= 1
         state.metrics.in_flight.dec()
 
 
@@ -280,9 +283,18 @@ class WebhookServer:
         return self.config.port
 
     async def stop(self) -> None:
+        """Drain: report not ready (so endpoints drop this replica) while still serving, then
+        stop listening, let every review already begun finish (even one whose body is still
+        arriving), then close the connections."""
         self.state.draining = True
         await asyncio.sleep(self.config.drain_seconds)
-        await self.runner.cleanup()  # stops accepting, waits for handlers, closes
+        for site in list(self.runner.sites):
+            await site.stop()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.shutdown_timeout
+        while self.state.in_flight and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        await self.runner.cleanup()
 
 
 async def start_webhook(config: WebhookConfig,
@@ -293,8 +305,7 @@ async def start_webhook(config: WebhookConfig,
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=config.shutdown_timeout)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port,
-                       ssl_context=state.tls.context if state.tls else None,
-                       shutdown_timeout=config.shutdown_timeout)
+                       ssl_context=state.tls.context if state.tls else None)
     await site.start()
     return WebhookServer(config, state, runner)
 
