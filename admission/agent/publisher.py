@@ -28,7 +28,7 @@ class NodeApi(Protocol):
 
     def read_node(self, name: str) -> Any: ...
 
-    def patch_node(self, name: str, body: Any) -> Any: ...
+    def patch_node(self, name: str, body: Any, *, field_manager: str) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +85,7 @@ class Publisher:
         backoff_cap_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
+        field_manager: str = "berth-agent",
     ) -> None:
         self._api = api
         self._node = node
@@ -95,6 +96,7 @@ class Publisher:
         self._backoff_cap_s = backoff_cap_s
         self._clock = clock
         self._rng = rng
+        self._field_manager = field_manager  # names the agent in the node's managedFields
         # What the node is believed to carry; None: read it before comparing.
         self._known: tuple[dict[str, str], dict[str, str]] | None = None
         self._read_at = -math.inf
@@ -118,7 +120,7 @@ class Publisher:
             wait = self._patched_at + self._min_interval_s - now
             if wait > 0:
                 return PublishResult("deferred", patch=patch, retry_in_s=wait)
-            self._api.patch_node(self._node, patch)
+            self._api.patch_node(self._node, patch, field_manager=self._field_manager)
         except Exception as exc:  # the agent must outlive any API or network failure
             return self._failed(now, exc)
         self._patched_at = now

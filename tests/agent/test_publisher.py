@@ -30,7 +30,8 @@ class RecordingApi:
         self._maybe_fail()
         return copy.deepcopy(self.node)
 
-    def patch_node(self, name: str, body: Any) -> dict[str, Any]:
+    def patch_node(self, name: str, body: Any, *, field_manager: str) -> dict[str, Any]:
+        assert field_manager == "berth-agent"
         self.calls.append(("patch", copy.deepcopy(body)))
         self._maybe_fail()
         for section, changes in body["metadata"].items():
@@ -208,7 +209,7 @@ def test_works_with_client_model_objects() -> None:
         def read_node(self, name: str) -> Node:
             return Node()
 
-        def patch_node(self, name: str, body: Any) -> None:
+        def patch_node(self, name: str, body: Any, *, field_manager: str) -> None:
             self.bodies.append(body)
 
     api = Api()
