@@ -20,10 +20,12 @@ bandwidth}, let ``own = p.r``, ``rest = sum(o.r for o in others)`` and ``total =
    proportion to demand: each party gets ``1/total`` of what it wanted, so its ``r``-bound work
    stretches by ``max(1, total)``.
 2. Sub-saturation contention. Even below 100 %, co-runners share the L2 cache, DRAM queues and
-   the scheduler, which costs a few to a few tens of percent (MPS and co-location studies such
-   as Gpulet, ATC'22, and Orion, EuroSys'24, report 5-30 % for co-located inference at moderate
-   load). Modelled as ``contention * min(rest, 1)``: linear in how busy the neighbours keep
-   ``r``, capped where saturation takes over.
+   the block scheduler, so they slow each other before either saturates the GPU (the effect
+   that interference-aware sharing systems such as Gpulet, ATC'22, and Orion, EuroSys'24, are
+   built around). Modelled as ``contention * min(rest, 1)``: linear in how busy the neighbours
+   keep ``r``, capped where saturation takes over. The default coefficient
+   (:data:`DEFAULT_CONTENTION`, 15 % at a fully busy neighbour) is a starting point, not a
+   measurement; calibrate it per GPU model where co-location measurements exist.
 3. A pod is sensitive to each resource in proportion to its own use of it:
    ``w_r = p.r / (p.sm + p.membw)`` (a pod that uses neither is not slowed).
 
