@@ -63,8 +63,9 @@ DEFAULT_CONTENTION = 0.15
 #: neighbour, so that the unknown is neither free nor forbidden.
 UNCLASSIFIED = QoSProfile(name="unclassified", sm=0.5, membw=0.4)
 
-#: QoS classes that ship with Berth. Figures are typical solo utilisations of each kind of work
-#: on a data-centre GPU; the policy overrides any of them by name.
+#: QoS classes that ship with Berth. Figures are starting points for each kind of work on a
+#: data-centre GPU, not measurements: the policy overrides any of them by name, and
+#: :func:`refine_profiles` moves them toward what the agent observes.
 DEFAULT_PROFILES: tuple[QoSProfile, ...] = (
     # Large kernels back to back: near-saturates SMs, heavy on memory for optimiser steps.
     QoSProfile(name="training", sm=0.85, membw=0.6, memory_mib=40_000),
