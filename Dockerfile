@@ -59,3 +59,24 @@ tzdata==2026.6
 urllib3==2.8.0
 websocket-client==1.9.2
 yarl==1.25.1
+EOF
+COPY pyproject.toml README.md ./
+COPY admission ./admission
+COPY solver ./solver
+# Wheels for Berth and every dependency, resolved under the pins; --only-binary keeps compilers
+# out (every pin has a manylinux wheel for CPython 3.11 on amd64 and arm64).
+RUN pip wheel --no-cache-dir --only-binary=:all: --constraint /tmp/constraints.txt \
+        --wheel-dir /wheels .
+
+FROM ${PYTHON}
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links /wheels berth \
+ && pip uninstall -y pip setuptools wheel
+USER 65532:65532
+WORKDIR /tmp
+EXPOSE 8443
+ENTRYPOINT ["berth"]
+CMD ["--help"]
