@@ -63,9 +63,9 @@ EOF
 COPY pyproject.toml README.md ./
 COPY admission ./admission
 COPY solver ./solver
-# Wheels for Berth and every dependency, resolved under the pins; --only-binary keeps compilers
-# out (every pin has a manylinux wheel for CPython 3.11 on amd64 and arm64).
-RUN pip wheel --no-cache-dir --only-binary=:all: --constraint /tmp/constraints.txt \
+# Wheels for Berth and every dependency, resolved under the pins (every pin has a manylinux
+# wheel for CPython 3.11 on amd64 and arm64, so nothing is compiled).
+RUN pip wheel --no-cache-dir --prefer-binary --constraint /tmp/constraints.txt \
         --wheel-dir /wheels .
 
 FROM ${PYTHON}
