@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 MILLI = 1000
 
@@ -134,7 +134,9 @@ class GpuShare:
     milli: int
 
     def __post_init__(self) -> None:
-        _require(0 < self.milli <= MILLI, "gpu_share.milli", f"must be in (0, 1000], got {self.milli}")
+        _require(
+            0 < self.milli <= MILLI, "gpu_share.milli", f"must be in (0, 1000], got {self.milli}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +156,7 @@ class Running:
         _non_negative(self.memory_mib, f"running[{self.name}].memory_mib")
 
 
-class TopologyMode(str, Enum):
+class TopologyMode(StrEnum):
     REQUIRED = "required"
     PREFERRED = "preferred"
 
