@@ -229,6 +229,9 @@ class DevCluster:
             f"--service-account-signing-key-file={pki.sa_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
+            # The "kubernetes" Endpoints may not hold a loopback address; nothing in-cluster
+            # needs them here, so the apiserver does not try to write them.
+            "--endpoint-reconciler-type=none",
             # The default admission chain, webhooks included, stays on: the suite tests it.
         ])
         ctx = processes.https_context(pki.ca_cert, pki.admin_cert, pki.admin_key)
@@ -249,6 +252,8 @@ class DevCluster:
             "--use-service-account-credentials=false",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--cluster-cidr={POD_CIDR}",
+            # Otherwise it creates /usr/libexec/kubernetes/... on the host.
+            f"--flex-volume-plugin-dir={self.workdir / 'flexvolume'}",
         ])
         url = f"https://127.0.0.1:{self.ports.controller_manager}/healthz"
         ctx = processes.https_context()

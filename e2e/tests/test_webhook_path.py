@@ -8,6 +8,8 @@ create fail, so that no pod is ever stored unscreened.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from kubernetes.client.rest import ApiException
 
@@ -16,7 +18,13 @@ from e2e.conftest import E2ECluster
 from e2e.helpers import eventually, pod_condition, pod_manifest
 from e2e.webhooks import LabellingWebhook, mutating_webhook_config, registered, wait_until_mutating
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    # The probe webhook runs inside pytest on 127.0.0.1, which only a process cluster on the
+    # same host can call; on kind, Berth's own webhook is deployed by config/ instead.
+    pytest.mark.skipif(bool(os.environ.get("BERTH_E2E_KUBECONFIG")),
+                       reason="needs the local process cluster (apiserver on this host)"),
+]
 
 GATE = "berth.dev/admission"
 
@@ -24,9 +32,7 @@ GATE = "berth.dev/admission"
 def test_pod_create_goes_through_a_tls_webhook_and_fails_closed_without_it(
     cluster: E2ECluster, namespace: str
 ) -> None:
-    if cluster.local is None:
-        pytest.fail("this test issues its webhook cert from the local cluster's CA; "
-                    "it needs the local dev cluster, not BERTH_E2E_KUBECONFIG")
+    assert cluster.local is not None
     cert, key = write_serving_pair(cluster.local.pki, cluster.local.workdir / namespace,
                                    cn="e2e-webhook")
     core = cluster.core
