@@ -4,6 +4,13 @@ default) and ``berth simulate --mode timed``.
 The pure replay lives in :mod:`solver.simulate.timed`; this module picks the scenario (Berth's
 generator, or a node list and a pod list with creation and deletion times), runs the policies,
 prints the comparison table, and writes the JSON and the plot.
+
+Hooks for the ``berth simulate`` command: :func:`add_timed_arguments` adds the flags only the
+timed replay reads (``--window-s``, ``--time-limit``, ``--tenants``, ``--time-scale``,
+``--speedup``, ``--until``, ``--max-pending``, ``--compare``); :func:`run_default` serves a
+call with no scenario arguments and :func:`run_timed` serves ``--mode timed``. Both take the parsed
+``argparse.Namespace`` and read ``--policy``, ``--seeds``, ``--json`` and ``--plot`` from it
+when present, and raise :class:`admission.cli.UsageError` on bad input.
 """
 
 from __future__ import annotations
@@ -80,6 +87,9 @@ def add_timed_arguments(parser: argparse.ArgumentParser) -> None:
                    help="tenants a trace's pods are hashed into (default 4)")
     g.add_argument("--time-scale", type=float, default=1.0, metavar="F",
                    help="multiply a trace's times by F (< 1 compresses it; default 1)")
+    g.add_argument("--speedup", type=float, default=1.0, metavar="F",
+                   help="a trace's pods arrive F times faster, run times unchanged: F times "
+                   "the offered load (default 1)")
     g.add_argument("--until", type=float, default=None, metavar="S",
                    help="stop the simulated clock at S seconds")
     g.add_argument("--max-pending", type=int, default=64, metavar="N",
@@ -297,6 +307,7 @@ def load_trace_scenario(args: argparse.Namespace) -> Scenario:
         return scenario_from_trace(
             nodes, pods, tenants=int(_arg(args, "tenants", 4)),
             time_scale=float(_arg(args, "time_scale", 1.0)),
+            speedup=float(_arg(args, "speedup", 1.0)),
         )
     except ProblemError as exc:
         raise UsageError(f"{exc.path}: {exc.message}") from None
@@ -321,6 +332,7 @@ def run_timed(args: argparse.Namespace, *, console: Console | None = None) -> in
         f"[bold]berth simulate --mode timed[/bold]: {len(scenario.nodes)} nodes, "
         f"{len(scenario.arrivals)} pods in {len(scenario.tenants)} tenants "
         f"(CRC-32 of the pod name), time x{float(_arg(args, 'time_scale', 1.0)):g}, "
+        f"arrivals x{float(_arg(args, 'speedup', 1.0)):g} faster, "
         f"{window:g} s batch windows"
     )
     started = time.perf_counter()

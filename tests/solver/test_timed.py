@@ -1,0 +1,282 @@
+"""The timed replay: hand-checked clocks and integrals, conservation, determinism, the checker
+on every plan, and interference-aware against interference-oblivious placement."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from solver.checker import check
+from solver.generate import ClusterSpec, GeneratorSpec, WorkloadSpec, generate
+from solver.interference import resolve_profiles
+from solver.plan import GangPlacement, Plan, PodPlacement, SolveStats
+from solver.simulate.timed import (
+    SimulationError,
+    TimedConfig,
+    _take_pending,
+    oblivious_policy,
+    simulate_timed,
+)
+from solver.simulate.timed_scenario import (
+    Scenario,
+    TimedGang,
+    TracePod,
+    scenario_from_trace,
+    tenant_by_hash,
+)
+from solver.types import (
+    GPU,
+    MILLI,
+    Gang,
+    GpuShare,
+    Node,
+    PodRequest,
+    ProblemError,
+    Snapshot,
+    SolverPolicy,
+    Tenant,
+)
+
+
+def _node(name: str = "n0", gpus: int = 1) -> Node:
+    return Node(name=name, cpu_milli=64_000, memory_mib=256_000,
+                gpus=tuple(GPU(index=i, model="A100", memory_mib=40_000) for i in range(gpus)))
+
+
+def _gang(name: str, *, tenant: str = "team-a", milli: int = MILLI, qos: str | None = None
+          ) -> Gang:
+    return Gang(name=name, tenant=tenant,
+                pods=(PodRequest(name=f"{name}-0", cpu_milli=1000, memory_mib=1024,
+                                 gpu_count=1, gpu_milli=milli, qos_class=qos),))
+
+
+WATTS = SolverPolicy(idle_watts={"A100": 100.0}, active_watts={"A100": 300.0})
+
+
+def test_a_gang_waits_across_windows_until_capacity_frees() -> None:
+    sc = Scenario(
+        nodes=(_node(),),
+        tenants=(Tenant("team-a"),),
+        arrivals=(TimedGang(_gang("g1"), 0.0, 100.0), TimedGang(_gang("g2"), 1.0, 100.0)),
+        policy=WATTS,
+    )
+    r = simulate_timed(sc, TimedConfig(policy="firstfit", window_s=5.0))
+    by = {o.gang: o for o in r.outcomes}
+    # g1 is solved in the window ending at 0; g2 waits from 1 until g1 leaves at 100
+    assert (by["g1"].start_s, by["g1"].end_s) == (0.0, 100.0)
+    assert (by["g2"].start_s, by["g2"].end_s) == (100.0, 200.0)
+    assert by["g2"].wait_s == 99.0
+    assert r.end_s == 200.0 and r.count("departed") == 2
+    # one GPU busy for 200 s at 300 W
+    assert r.energy_kwh == pytest.approx(300 * 200 / 3.6e6)
+    assert r.mean_utilisation == pytest.approx(1.0)
+    assert r.jain == pytest.approx(1.0)
+    # solved at 0, 5 (g2 does not fit) and 100; windows with nothing new are skipped
+    assert r.solves == 3
+
+
+def test_windows_batch_arrivals_and_wait_counts_from_arrival() -> None:
+    sc = Scenario(
+        nodes=(_node(gpus=2),),
+        tenants=(Tenant("team-a"),),
+        arrivals=(TimedGang(_gang("g1"), 1.0, 50.0), TimedGang(_gang("g2"), 7.0, 50.0)),
+        policy=WATTS,
+    )
+    r = simulate_timed(sc, TimedConfig(policy="bestfit", window_s=10.0))
+    assert [o.start_s for o in r.outcomes] == [10.0, 10.0]
+    assert sorted(r.waits_s) == [3.0, 9.0]
+    assert r.solves == 1
+
+
+def test_fair_share_and_jain_on_two_tenants_sharing_one_gpu() -> None:
+    # team-a holds the only GPU for 100 s while team-b waits; then team-b runs 100 s alone
+    sc = Scenario(
+        nodes=(_node(),),
+        tenants=(Tenant("team-a"), Tenant("team-b")),
+        arrivals=(TimedGang(_gang("a1"), 0.0, 100.0),
+                  TimedGang(_gang("b1", tenant="team-b"), 0.0, 100.0)),
+        policy=WATTS,
+    )
+    r = simulate_timed(sc, TimedConfig(policy="firstfit", window_s=5.0))
+    t = {x.tenant: x for x in r.tenants}
+    assert t["team-a"].gpu_seconds == pytest.approx(100) and t["team-b"].gpu_seconds == 100
+    # 0..100: both ask for one GPU -> fair is half each; 100..200 team-b alone -> all to it
+    assert t["team-a"].fair_gpu_seconds == pytest.approx(50)
+    assert t["team-b"].fair_gpu_seconds == pytest.approx(150)
+    assert t["team-a"].fair_ratio == pytest.approx(2.0)
+    assert t["team-b"].fair_ratio == pytest.approx(100 / 150)
+    assert r.jain == pytest.approx((2 + 2 / 3) ** 2 / (2 * (4 + 4 / 9)))
+    assert [x.share for x in r.tenants] == pytest.approx([0.5, 0.5])
+
+
+def test_serving_next_to_training_counts_as_missed_only_when_oblivious() -> None:
+    sc = Scenario(
+        nodes=(_node(),),
+        tenants=(Tenant("team-a"),),
+        arrivals=(
+            TimedGang(_gang("serve", milli=300, qos="latency-inference"), 0.0, 100.0),
+            TimedGang(_gang("tune", milli=500, qos="training"), 10.0, 40.0),
+        ),
+        policy=WATTS,
+    )
+    blind = simulate_timed(sc, TimedConfig(policy="firstfit", interference_aware=False))
+    # the fine-tuning run joins the serving pod's GPU at 10 and leaves at 50
+    assert blind.slo.pods == 1 and blind.slo.pod_seconds == pytest.approx(100)
+    assert blind.slo.ban_miss_s == pytest.approx(40)
+    assert blind.slo.attainment == pytest.approx(0.6)
+    assert blind.slo.pods_always_met == 0
+    aware = simulate_timed(sc, TimedConfig(policy="firstfit"))
+    by = {o.gang: o for o in aware.outcomes}
+    assert by["tune"].start_s == 100.0  # waits for the GPU to be free of serving
+    assert aware.slo.attainment == 1.0 and aware.slo.pods_always_met == 1
+
+
+def test_oblivious_policy_hides_every_class_and_the_interference_weight() -> None:
+    blind = oblivious_policy(SolverPolicy())
+    profiles = resolve_profiles(blind.qos_classes)
+    assert set(profiles) >= {"training", "latency-inference"}
+    assert all(p.sm == 0 and p.membw == 0 and not p.no_share_with and not p.latency_sensitive
+               for p in profiles.values())
+    assert blind.weights.interference == 0
+    # under it the checker lets serving and training share
+    node = _node()
+    gangs = (_gang("s", milli=300, qos="latency-inference"), _gang("t", milli=500, qos="training"))
+    plan = Plan(
+        tuple(GangPlacement(g.name, (PodPlacement(g.pods[0].name, "n0",
+                                                  (GpuShare(0, g.pods[0].gpu_milli),)),))
+              for g in gangs),
+        (), SolveStats("test", "GREEDY", 0.0),
+    )
+    assert check(Snapshot(nodes=(node,), gangs=gangs, policy=blind), plan) == []
+    assert check(Snapshot(nodes=(node,), gangs=gangs), plan) != []
+
+
+def test_a_plan_the_checker_rejects_stops_the_replay() -> None:
+    sc = Scenario(
+        nodes=(_node(),),
+        tenants=(Tenant("team-a"),),
+        arrivals=(TimedGang(_gang("g1"), 0.0, 100.0), TimedGang(_gang("g2"), 0.0, 100.0)),
+    )
+
+    def everything_on_gpu_0(snapshot: Snapshot) -> Plan:
+        return Plan(
+            tuple(GangPlacement(g.name, (PodPlacement(g.pods[0].name, "n0",
+                                                      (GpuShare(0, MILLI),)),))
+                  for g in snapshot.gangs),
+            (), SolveStats("broken", "GREEDY", 0.0),
+        )
+
+    with pytest.raises(SimulationError, match="capacity"):
+        simulate_timed(sc, TimedConfig(policy="broken"), solve=everything_on_gpu_0)
+
+
+def test_take_pending_interleaves_tenants_oldest_first() -> None:
+    from collections import deque
+
+    q = {
+        "team-a": deque(TimedGang(_gang(f"a{i}"), float(i), 1.0) for i in range(5)),
+        "team-b": deque([TimedGang(_gang("b0", tenant="team-b"), 2.5, 1.0)]),
+    }
+    assert [t.gang.name for t in _take_pending(q, 4)] == ["a0", "b0", "a1", "a2"]
+
+
+# --------------------------------------------------------------------------------------------
+# Generated scenarios through the real policies
+# --------------------------------------------------------------------------------------------
+
+SMALL = GeneratorSpec(
+    cluster=ClusterSpec(racks=2, nodes_per_rack=3, tainted=1, cordoned=1),
+    workload=WorkloadSpec(horizon_s=900.0, load=1.4),
+)
+
+
+@pytest.mark.parametrize("policy", ["firstfit", "bestfit", "fgd", "random"])
+def test_conservation_every_gang_is_started_or_waiting_none_lost(policy: str) -> None:
+    sc = generate(SMALL, seed=11)
+    r = simulate_timed(sc, TimedConfig(policy=policy, seed=3))
+    names = [o.gang for o in r.outcomes]
+    assert sorted(names) == sorted(a.gang.name for a in sc.arrivals)
+    assert {o.state for o in r.outcomes} <= {"departed", "waiting"}  # the clock ran out
+    for o in r.outcomes:
+        if o.start_s is not None:
+            assert o.start_s >= o.arrival_s and o.start_s % 5.0 == 0
+    assert all(0.0 <= v <= 1.0 + 1e-9 for _, v in r.utilisation)
+    assert r.utilisation[-1][1] == pytest.approx(0.0)  # everything that started has left
+    # interference-aware placement never breaks an SLO or a ban (the checker enforces both)
+    assert r.slo.attainment == 1.0
+
+
+def test_until_stops_the_clock_and_still_accounts_for_every_arrival() -> None:
+    sc = generate(SMALL, seed=5)
+    r = simulate_timed(sc, TimedConfig(policy="bestfit", until_s=300.0))
+    arrived = [a.gang.name for a in sc.arrivals if a.arrival_s <= 300.0]
+    assert sorted(o.gang for o in r.outcomes) == sorted(arrived)
+    assert r.end_s == 300.0
+    assert r.count("running") + r.count("departed") + r.count("waiting") == len(arrived)
+    assert all(o.end_s is None or o.state == "running" or o.end_s <= 300.0 for o in r.outcomes)
+
+
+def test_same_seed_same_replay() -> None:
+    sc = generate(SMALL, seed=2)
+    runs = [simulate_timed(sc, TimedConfig(policy="random", seed=9)) for _ in range(2)]
+    a, b = (dict(r.summary()) for r in runs)
+    for d in (a, b):
+        d.pop("solve_seconds")
+    assert a == b
+    assert runs[0].outcomes == runs[1].outcomes
+
+
+@pytest.mark.slow
+def test_cpsat_replay_is_checker_clean_deterministic_and_interference_aware() -> None:
+    sc = generate(GeneratorSpec(workload=WorkloadSpec(horizon_s=600.0, load=1.4)), seed=1)
+    cfg = TimedConfig(policy="cpsat", time_limit_s=1.0, seed=0)
+    first = simulate_timed(sc, cfg)
+    assert first.slo.attainment == 1.0
+    assert sorted(o.gang for o in first.outcomes) == sorted(a.gang.name for a in sc.arrivals)
+    blind = simulate_timed(sc, replace(cfg, interference_aware=False))
+    assert blind.slo.attainment <= first.slo.attainment
+
+
+def test_config_and_scenario_errors_name_the_field() -> None:
+    with pytest.raises(ProblemError, match="window_s"):
+        TimedConfig(window_s=0)
+    with pytest.raises(ProblemError, match="arrival_s"):
+        TimedGang(_gang("g"), -1.0, 1.0)
+    with pytest.raises(ProblemError, match="duration_s"):
+        TimedGang(_gang("g"), 0.0, 0.0)
+    with pytest.raises(ProblemError, match="tenant"):
+        Scenario(nodes=(_node(),), tenants=(Tenant("team-b"),),
+                 arrivals=(TimedGang(_gang("g"), 0.0, 1.0),))
+    with pytest.raises(ProblemError, match="time order"):
+        Scenario(nodes=(_node(),), tenants=(Tenant("team-a"),),
+                 arrivals=(TimedGang(_gang("g"), 5.0, 1.0), TimedGang(_gang("h"), 1.0, 1.0)))
+    with pytest.raises(ProblemError, match="policy"):
+        simulate_timed(generate(SMALL), TimedConfig(policy="nope"))
+
+
+def test_trace_pods_become_hashed_tenants_with_durations() -> None:
+    pods = [
+        TracePod("openb-pod-0001", 6000, 12288, 1, 460, frozenset(), "LS", 100, 700),
+        TracePod("openb-pod-0000", 12000, 16384, 8, 1000, frozenset({"V100M32"}), "BE", 0, 50),
+        TracePod("openb-pod-0002", 1000, 1024, 0, 0, frozenset(), "BE", 20, 20),
+    ]
+    sc = scenario_from_trace((_node(gpus=8),), pods, tenants=3, time_scale=0.5)
+    assert [a.gang.name for a in sc.arrivals] == ["openb-pod-0000", "openb-pod-0002",
+                                                   "openb-pod-0001"]
+    a0, a2, a1 = sc.arrivals
+    assert (a1.arrival_s, a1.duration_s) == (50.0, 300.0)
+    assert a2.duration_s == 1.0  # zero-length pods still run a second
+    assert a1.gang.pods[0].qos_class == "latency-inference"
+    assert a0.gang.pods[0].qos_class == "training"
+    assert a2.gang.pods[0].qos_class is None
+    assert {a.gang.tenant for a in sc.arrivals} <= {"team-a", "team-b", "team-c"}
+    # CRC-32 spreads names evenly and never changes between runs
+    counts = {t: 0 for t in ("team-a", "team-b", "team-c")}
+    for i in range(3000):
+        counts[tenant_by_hash(f"openb-pod-{i:04d}", 3)] += 1
+    assert all(800 < c < 1200 for c in counts.values())
+    assert tenant_by_hash("openb-pod-0000", 4) == "team-a"
+    with pytest.raises(ProblemError, match="deletion_time"):
+        scenario_from_trace((_node(),), [replace(pods[0], deletion_time=1)])
+
