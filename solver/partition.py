@@ -1,41 +1,48 @@
 """POP-style partitioning (Narayanan et al., SOSP'21): split a large cluster and its window
 into sub-problems, solve them in parallel, and merge the plans.
 
-Why it works: with many interchangeable nodes, a random-looking split where every part holds a
-proportional mix of node kinds and of pending gangs loses little, and each sub-model is small
-enough for CP-SAT to solve in a fraction of the time. How parts are formed:
+Why it works: with many interchangeable nodes, a split where every part holds a proportional
+mix of node kinds and of pending gangs loses little, and each sub-model is small enough for
+CP-SAT to solve in a fraction of the time. How parts are formed:
 
 * nodes: the highest topology level present (block, zone, then rack) is kept whole, so a gang
   that needs one such domain still finds it inside a part; groups are sorted by their kind of
   GPUs and dealt to the part with the fewest GPUs so far, so every part gets a similar mix;
-* gangs: a gang the greedy hint placed inside one part goes to that part (so each sub-problem
-  contains its share of the hint and never does worse than it); the others are dealt to the
-  part with the most free GPU capacity left that has a GPU model they accept;
-* quotas: each part gets, per tenant, what the hint already uses there plus an equal share of
-  the tenant's quota the hint leaves unused, and no borrowing, so the merged plan stays within
-  every quota; fairness is balanced within each part.
+* gangs: largest first, each to the part with the most free GPU capacity left (for its GPU
+  models) relative to what has been dealt to it;
+* quotas: first each tenant's cap for the whole window is fixed so that borrowing can never
+  exceed what lenders leave idle (a lender is capped at its own demand, borrowers share the
+  rest of the idle quota in proportion to their excess demand, within their borrow limits);
+  each part then gets the tenant's running usage there plus a share of the cap's headroom in
+  proportion to the tenant's demand dealt to that part, with no further borrowing. The merged
+  plan therefore satisfies every quota, whatever each part decides.
 
-Sub-problems run in threads (CP-SAT releases the GIL while it searches); this module does no
-I/O.
+Each part runs the whole CP-SAT path (greedy hint, model, checker, keep-better, reasons), so
+the merged plan admits at least the priority-weighted demand of the merged greedy hints.
+Parts run in threads (CP-SAT releases the GIL while searching) or, on request, in forked
+processes. This module does no I/O.
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
 import time
-from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import replace
 
-from solver.checker import quota_usage_milli
-from solver.cpsat.model import CpsatResult, solve_window
-from solver.plan import GangPlacement, Plan
-from solver.types import Gang, Node, Running, Snapshot, Tenant, TypicalPod
+from solver.checker import quota_usage_milli, quota_violations
+from solver.cpsat.reasons import quota_reason
+from solver.cpsat.solve import solve_cpsat
+from solver.plan import Deferred, GangPlacement, Plan, SolveStats
+from solver.types import MILLI, Gang, Node, Running, Snapshot, Tenant
 
-# Sizes past which a single model gets slow; see bench/solve_scale.md for the curve.
-NODES_PER_PART = 2500
-PODS_PER_PART = 160
-MIN_NODES_PER_PART = 200
+# Sizes past which one model gets slow; see bench/solve_scale.md for the curve.
+NODES_PER_PART = 2000
+PODS_PER_PART = 200
+MIN_NODES_PER_PART = 250
 GROUP_LEVELS = ("block", "zone", "rack")
 
 
@@ -61,7 +68,7 @@ def _node_groups(snapshot: Snapshot) -> list[list[Node]]:
 def split_nodes(snapshot: Snapshot, parts: int) -> list[list[Node]]:
     """Deal node groups into ``parts`` parts with a similar mix of GPU kinds."""
     def kind(group: list[Node]) -> tuple[str, ...]:
-        return tuple(sorted(g.model for n in group for g in n.gpus))
+        return tuple(sorted({g.model for n in group for g in n.gpus}))
 
     groups = sorted(_node_groups(snapshot), key=lambda g: (kind(g), g[0].name))
     out: list[list[Node]] = [[] for _ in range(parts)]
@@ -72,136 +79,209 @@ def split_nodes(snapshot: Snapshot, parts: int) -> list[list[Node]]:
         out[j].extend(group)
         gpus[j] += sum(len(n.gpus) for n in group)
         nodes[j] += len(group)
-    return out
+    return [p for p in out if p]
+
+
+def _free_by_model(nodes: list[Node], running: list[Running]) -> dict[str, int]:
+    model_of = {(n.name, g.index): g.model for n in nodes for g in n.gpus}
+    free: dict[str, int] = defaultdict(int)
+    for (_n, _i), m in model_of.items():
+        free[m] += MILLI
+    for r in running:
+        for s in r.gpus:
+            free[model_of[(r.node, s.index)]] -= s.milli
+    return free
 
 
 def _assign_gangs(
-    snapshot: Snapshot, part_of: dict[str, int], parts: list[list[Node]], hint: Plan
+    snapshot: Snapshot, parts: list[list[Node]], running: list[list[Running]]
 ) -> list[list[Gang]]:
     out: list[list[Gang]] = [[] for _ in parts]
-    placed = {gp.gang: gp for gp in hint.admitted}
-    room = [sum(1000 * len(n.gpus) for n in p) for p in parts]
-    for r in snapshot.running:
-        room[part_of[r.node]] -= sum(s.milli for s in r.gpus)
-    models = [{g.model for n in p for g in n.gpus} for p in parts]
-    rest: list[Gang] = []
-    for gang in snapshot.gangs:
-        gp = placed.get(gang.name)
-        homes = {part_of[pp.node] for pp in gp.pods} if gp is not None else set()
-        if len(homes) == 1:
-            j = homes.pop()
-            out[j].append(gang)
-            room[j] -= gang.gpu_demand_milli
-        else:
-            rest.append(gang)
-    for gang in sorted(rest, key=lambda g: (-g.gpu_demand_milli, g.name)):
+    room = [_free_by_model(p, r) for p, r in zip(parts, running, strict=True)]
+    for gang in sorted(snapshot.gangs, key=lambda g: (-g.gpu_demand_milli, g.name)):
         wanted = set().union(*(p.models for p in gang.pods))
-        fits = [j for j in range(len(parts)) if not wanted or wanted & models[j]]
-        j = max(fits or range(len(parts)), key=lambda i: (room[i], -i))
+
+        def space(j: int, wanted: set[str] = wanted) -> int:
+            return sum(v for m, v in room[j].items() if not wanted or m in wanted)
+
+        j = max(range(len(parts)), key=lambda i: (space(i), -i))
         out[j].append(gang)
-        room[j] -= gang.gpu_demand_milli
+        take = gang.gpu_demand_milli
+        for m in sorted(room[j], key=lambda m: -room[j][m]):
+            if take <= 0:
+                break
+            if wanted and m not in wanted:
+                continue
+            d = min(take, room[j][m])
+            room[j][m] -= d
+            take -= d
     return out
 
 
+def tenant_caps(snapshot: Snapshot) -> dict[str, int]:
+    """Most GPU milli each tenant with a quota may use after this window, chosen so that the
+    borrowing they allow always fits in what lenders leave idle."""
+    run = quota_usage_milli(snapshot)
+    demand: dict[str, int] = defaultdict(int)
+    for g in snapshot.gangs:
+        demand[g.tenant] += g.gpu_demand_milli
+    caps: dict[str, int] = {}
+    pool = 0
+    wants: dict[str, int] = {}
+    for t in snapshot.tenants:
+        if t.quota_milli is None:
+            continue
+        need = run.get(t.name, 0) + demand[t.name]
+        if need <= t.quota_milli:
+            caps[t.name] = need
+            pool += t.quota_milli - need
+        else:
+            caps[t.name] = max(t.quota_milli, run.get(t.name, 0))
+            if t.can_borrow and run.get(t.name, 0) <= t.quota_milli:
+                excess = need - t.quota_milli
+                if t.borrow_limit_milli is not None:
+                    excess = min(excess, t.borrow_limit_milli)
+                wants[t.name] = excess
+    # tenants already over their quota borrow from the same pool (the checker counts them)
+    pool -= sum(max(0, run.get(t.name, 0) - t.quota_milli) for t in snapshot.tenants
+                if t.quota_milli is not None)
+    pool = max(0, pool)
+    total = sum(wants.values())
+    for name, want in wants.items():
+        caps[name] += min(want, pool * want // total) if total else 0
+    return caps
+
+
 def _part_tenants(
-    snapshot: Snapshot, parts: int, j: int, local_use: dict[str, int], hint_use: dict[str, int]
+    snapshot: Snapshot, caps: dict[str, int], local_run: dict[str, int],
+    local_demand: dict[str, int], demand: dict[str, int],
 ) -> tuple[Tenant, ...]:
+    run = quota_usage_milli(snapshot)
     tenants = []
     for t in snapshot.tenants:
         if t.quota_milli is None:
             tenants.append(t)
             continue
-        spare = max(0, t.quota_milli - hint_use.get(t.name, 0)) // parts
-        tenants.append(replace(t, quota_milli=local_use.get(t.name, 0) + spare, can_borrow=False,
-                               borrow_limit_milli=None))
+        head = max(0, caps[t.name] - run.get(t.name, 0))
+        share = head * local_demand.get(t.name, 0) // demand[t.name] if demand[t.name] else 0
+        tenants.append(replace(t, quota_milli=local_run.get(t.name, 0) + share,
+                               can_borrow=False, borrow_limit_milli=None))
     return tuple(tenants)
 
 
-def _typical(snapshot: Snapshot) -> tuple[TypicalPod, ...]:
-    """The whole window's pod shapes, so every part measures fragmentation alike."""
-    if snapshot.policy.typical_pods:
-        return snapshot.policy.typical_pods
-    shapes = Counter((p.gpu_count, p.gpu_milli) for g in snapshot.gangs for p in g.pods
-                     if p.gpu_count > 0)
-    return tuple(TypicalPod(gpu_count=c, gpu_milli=m, weight=float(w))
-                 for (c, m), w in sorted(shapes.items()))
-
-
-def sub_problems(snapshot: Snapshot, parts: int, hint: Plan) -> list[tuple[Snapshot, Plan]]:
-    """The parts as snapshots of their own, each with its share of the hint."""
+def sub_problems(snapshot: Snapshot, parts: int) -> list[Snapshot]:
+    """The parts as snapshots of their own."""
     node_parts = split_nodes(snapshot, parts)
     part_of = {n.name: j for j, p in enumerate(node_parts) for n in p}
-    gang_parts = _assign_gangs(snapshot, part_of, node_parts, hint)
     running: list[list[Running]] = [[] for _ in node_parts]
     for r in snapshot.running:
         running[part_of[r.node]].append(r)
-    hint_use = quota_usage_milli(snapshot, hint)
-    policy = replace(snapshot.policy, typical_pods=_typical(snapshot))
+    gang_parts = _assign_gangs(snapshot, node_parts, running)
+    caps = tenant_caps(snapshot)
+    demand: dict[str, int] = defaultdict(int)
+    for g in snapshot.gangs:
+        demand[g.tenant] += g.gpu_demand_milli
     out = []
     for j, nodes in enumerate(node_parts):
-        names = {g.name for g in gang_parts[j]}
-        sub_hint = Plan(tuple(gp for gp in hint.admitted if gp.gang in names), (), hint.stats)
-        sub = Snapshot(nodes=tuple(nodes), gangs=tuple(gang_parts[j]), running=tuple(running[j]),
-                       tenants=snapshot.tenants, policy=policy)
-        local_use = quota_usage_milli(sub, sub_hint)
-        sub = replace(sub, tenants=_part_tenants(snapshot, parts, j, local_use, hint_use))
-        out.append((sub, sub_hint))
+        local_demand: dict[str, int] = defaultdict(int)
+        for g in gang_parts[j]:
+            local_demand[g.tenant] += g.gpu_demand_milli
+        sub = Snapshot(nodes=tuple(nodes), gangs=tuple(gang_parts[j]),
+                       running=tuple(running[j]), tenants=snapshot.tenants,
+                       policy=snapshot.policy)
+        local_run = quota_usage_milli(sub)
+        tenants = _part_tenants(snapshot, caps, local_run, local_demand, demand)
+        out.append(replace(sub, tenants=tenants))
     return out
 
 
+# Sub-problems handed to forked workers: set just before the pool starts, read by index.
+_FORK_JOBS: list[Snapshot] = []
+
+
+def _run_forked(j: int, time_limit: float, seed: int) -> Plan:
+    return solve_cpsat(_FORK_JOBS[j], time_limit=time_limit, seed=seed, workers=1)
+
+
 def solve_partitioned(
-    snapshot: Snapshot, *, parts: int, hint: Plan, time_limit: float, seed: int, workers: int
-) -> CpsatResult:
-    """Solve ``parts`` sub-problems in parallel and merge them into one result."""
+    snapshot: Snapshot, *, parts: int, time_limit: float, seed: int, workers: int,
+    processes: bool = False,
+) -> Plan:
+    """Solve the sub-problems ``workers`` at a time and merge them into one plan."""
+    global _FORK_JOBS
     t0 = time.perf_counter()
-    subs = sub_problems(snapshot, parts, hint)
+    subs = sub_problems(snapshot, parts)
     split_s = time.perf_counter() - t0
     waves = math.ceil(len(subs) / max(1, workers))
-    per_part = max(0.05, (time_limit - split_s) / waves)
+    per_part = max(0.05, (time_limit - split_s) * 0.9 / waves)
+    pool: Executor
+    if processes:
+        _FORK_JOBS = subs
+        pool = ProcessPoolExecutor(max_workers=workers,
+                                   mp_context=multiprocessing.get_context("fork"))
+        with pool:
+            futures = [pool.submit(_run_forked, j, per_part, seed) for j in range(len(subs))]
+            plans = [f.result() for f in futures]
+        _FORK_JOBS = []
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            plans = list(pool.map(
+                lambda s: solve_cpsat(s, time_limit=per_part, seed=seed, workers=1), subs))
+    return merge(snapshot, plans, split_s, time.perf_counter() - t0)
 
-    def run(job: tuple[Snapshot, Plan]) -> CpsatResult:
-        sub, sub_hint = job
-        return solve_window(sub, hint=sub_hint, time_limit=per_part, seed=seed, workers=1)
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        results = list(pool.map(run, subs))
-    return merge(results, subs, split_s)
+def _within_quota(
+    snapshot: Snapshot, admitted: list[GangPlacement]
+) -> tuple[list[GangPlacement], list[GangPlacement]]:
+    """Drop the gangs of tenants that break the quota rule (a tenant that admits nothing is not
+    judged). The caps make this a no-op; it guards the invariant that every plan is feasible."""
+    tenant_of = {g.name: g.tenant for g in snapshot.gangs}
+    dropped: list[GangPlacement] = []
+    while True:
+        plan = Plan(tuple(admitted), (), SolveStats("cpsat", "MERGED", 0.0))
+        if not quota_violations(snapshot, plan):
+            return admitted, dropped
+        used = quota_usage_milli(snapshot, plan)
+        over = {t.name for t in snapshot.tenants
+                if t.quota_milli is not None and used.get(t.name, 0) > t.quota_milli}
+        dropped += [gp for gp in admitted if tenant_of[gp.gang] in over]
+        admitted = [gp for gp in admitted if tenant_of[gp.gang] not in over]
 
 
-def merge(
-    results: list[CpsatResult], subs: list[tuple[Snapshot, Plan]], split_seconds: float
-) -> CpsatResult:
-    """One result from the parts'; a part without a solution contributes its hint."""
-    admitted: list[GangPlacement] = []
-    statuses = []
-    objective = bound = 0.0
-    terms: dict[str, float] = defaultdict(float)
-    size: dict[str, float] = defaultdict(float)
-    for res, (_sub, sub_hint) in zip(results, subs, strict=True):
-        statuses.append(res.status)
-        if res.admitted is None:
-            admitted.extend(sub_hint.admitted)
-            continue
-        admitted.extend(res.admitted)
-        objective += res.objective or 0.0
-        bound += res.bound or 0.0
-        for k, val in res.terms.items():
-            terms[k] += val
-        for k, val in res.size.items():
-            size[k] += val
+def merge(snapshot: Snapshot, plans: Sequence[Plan], split_s: float, wall: float) -> Plan:
+    """One plan from the parts' plans; quota reasons are restated for the whole cluster."""
+    admitted: list[GangPlacement] = [gp for p in plans for gp in p.admitted]
+    merged = Plan(tuple(admitted), (), SolveStats("cpsat", "MERGED", wall))
+    used = quota_usage_milli(snapshot, merged)
+    gangs = {g.name: g for g in snapshot.gangs}
+    deferred = []
+    for p in plans:
+        for d in p.deferred:
+            why = d.reason
+            if why.startswith("quota:"):
+                why = quota_reason(snapshot, gangs[d.gang], used) or (
+                    "quota: its tenant's share of the quota in this part of the cluster is used")
+            deferred.append(Deferred(d.gang, why))
+    statuses = [p.stats.status for p in plans]
     solved = [s for s in statuses if s in ("OPTIMAL", "FEASIBLE")]
-    status = ("OPTIMAL" if len(solved) == len(statuses) and all(s == "OPTIMAL" for s in solved)
-              else "FEASIBLE" if solved else statuses[0] if statuses else "UNKNOWN")
-    size["parts_without_solution"] = float(len(statuses) - len(solved))
-    return CpsatResult(
-        status=status,
-        admitted=admitted if solved else None,
-        objective=objective if solved else None,
-        bound=bound if solved else None,
-        build_seconds=split_seconds + sum(r.build_seconds for r in results),
-        solve_seconds=max((r.solve_seconds for r in results), default=0.0),
-        terms=dict(terms),
-        size=dict(size),
-    )
-
-
+    status = ("OPTIMAL" if solved and len(solved) == len(statuses)
+              and all(s == "OPTIMAL" for s in solved) else "FEASIBLE" if solved
+              else statuses[0] if statuses else "UNKNOWN")
+    detail: dict[str, float] = defaultdict(float)
+    for p in plans:
+        for k, v in p.stats.detail.items():
+            detail[k] += v
+    detail["partitions"] = float(len(plans))
+    detail["split_seconds"] = split_s
+    detail["parts_fallback"] = float(sum(p.stats.fallback for p in plans))
+    objective = sum(p.stats.objective or 0.0 for p in plans)
+    bound = sum(p.stats.bound or 0.0 for p in plans)
+    admitted, dropped = _within_quota(snapshot, admitted)
+    for gp in dropped:
+        deferred.append(Deferred(gp.gang, "quota: its tenant's borrowing does not fit in the "
+                                 "idle quota of the whole cluster"))
+    stats = SolveStats(solver="cpsat", status=status, wall_seconds=wall,
+                       objective=objective if solved else None,
+                       bound=bound if solved else None,
+                       fallback=all(p.stats.fallback for p in plans), detail=dict(detail))
+    return Plan(tuple(admitted), tuple(deferred), stats)

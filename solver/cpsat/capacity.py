@@ -19,20 +19,20 @@ from solver.cpsat.variables import Term, Vars
 def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
     for (node, i), uses in v.on_gpu.items():
         pods = [(inst.pods[pi].pod, u) for pi, u in uses]
-        free = inst.free[node].gpu_milli[i]
+        free = inst.gpu_free(node, i)
         if sum(p.gpu_milli for p, _u in pods) > free:
             model.add(sum(p.gpu_milli * u for p, u in pods) <= free)
         if any(p.gpu_memory_mib for p, _u in pods):
-            gpu = inst.gpus[(node, i)]
+            gpu = inst.gpu(node, i)
             need = [(gpu_memory_demand(p, gpu, p.gpu_milli), u) for p, u in pods]
-            free_mem = inst.free[node].gpu_memory_mib.get(i, 0)
+            free_mem = inst.gpu_memory_free(node, i)
             if sum(m for m, _u in need) > free_mem:
                 model.add(sum(m * u for m, u in need) <= free_mem)
     for node, pis in v.on_node.items():
-        f = inst.free[node]
+        cpu, mem = inst.cpu_free(node), inst.memory_free(node)
         refs = [(inst.pods[pi].pod, v.place[(pi, node)]) for pi in pis]
-        if sum(p.cpu_milli for p, _x in refs) > f.cpu_milli:
-            model.add(sum(p.cpu_milli * x for p, x in refs) <= f.cpu_milli)
-        if sum(p.memory_mib for p, _x in refs) > f.memory_mib:
-            model.add(sum(p.memory_mib * x for p, x in refs) <= f.memory_mib)
+        if sum(p.cpu_milli for p, _x in refs) > cpu:
+            model.add(sum(p.cpu_milli * x for p, x in refs) <= cpu)
+        if sum(p.memory_mib for p, _x in refs) > mem:
+            model.add(sum(p.memory_mib * x for p, x in refs) <= mem)
     return []

@@ -32,7 +32,7 @@ def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
     for (node, i), uses in v.on_gpu.items():
         if not inst.gpu_idle(node, i):
             continue
-        cost = scaled(inst.weights.energy * activation_watts(inst, inst.gpus[(node, i)].model))
+        cost = scaled(inst.weights.energy * activation_watts(inst, inst.gpu(node, i).model))
         if cost == 0:
             continue
         if all(inst.pods[pi].pod.gpu_milli == MILLI for pi, _u in uses):

@@ -52,7 +52,7 @@ def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
     w = inst.weights.fragmentation
     terms: list[cp_model.LinearExprT] = []
     for (node, i), uses in v.on_gpu.items():
-        free = inst.free[node].gpu_milli[i]
+        free = inst.gpu_free(node, i)
         before = frag(free)
         for pi, u in uses:
             delta = scaled(w * (frag(free - inst.pods[pi].pod.gpu_milli) - before))

@@ -1,8 +1,9 @@
 """The data one CP-SAT solve works on, derived once from a snapshot.
 
 The model modules never look at the raw snapshot: they read an :class:`Instance`, which holds
-the free capacity (from :mod:`solver.state`), the pods of the window with their gang and QoS
-profile, the value of each gang, and the candidate nodes and GPUs each pod may use. Building the
+the free capacity (the baselines' :class:`~solver.baselines.ClusterArrays`, so the model, the
+greedy policies and the checker agree on what is free), the pods of the window with their gang,
+the value of each gang, and the candidate nodes and GPUs each pod may use. Building the
 candidate lists here (see :mod:`solver.cpsat.candidates`) is what keeps the model small.
 """
 
@@ -10,16 +11,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
+from solver.baselines import ClusterArrays
 from solver.checker import topology_domain
 from solver.cpsat.qos import QosRules
 from solver.plan import Plan
-from solver.state import FreeState, free_capacity
-from solver.types import GPU, MILLI, Gang, Node, PodRequest, Snapshot, SolverPolicy, Weights
+from solver.types import GPU, MILLI, Gang, PodRequest, Snapshot, Weights
+
+IntArray = npt.NDArray[np.int64]
 
 # Gangs that ask for no GPU still carry a small value so that they are admitted when they fit.
 CPU_ONLY_POD_VALUE_MILLI = 10
 # Objective units per milli-GPU of priority-1 demand (float weights keep two decimals).
 OBJECTIVE_SCALE = 100
+# Nodes offered to each pod outside topology-constrained gangs.
+PER_POD_NODES = 12
 
 
 def priority_weight(gang: Gang, weights: Weights) -> float:
@@ -32,7 +40,7 @@ def priority_weight(gang: Gang, weights: Weights) -> float:
 
 
 def gang_demand_milli(gang: Gang) -> int:
-    """GPU demand used for value and quota; CPU-only gangs count a token amount per pod."""
+    """GPU demand used for the gang's value; CPU-only gangs count a token amount per pod."""
     demand = gang.gpu_demand_milli
     return demand if demand > 0 else CPU_ONLY_POD_VALUE_MILLI * len(gang.pods)
 
@@ -67,14 +75,14 @@ class Candidate:
 @dataclass(slots=True)
 class Instance:
     snapshot: Snapshot
-    free: FreeState
+    arrays: ClusterArrays
     gangs: tuple[Gang, ...]
     pods: list[PodRef]
     gang_pods: list[list[int]]  # gang index -> pod indexes
-    candidates: list[list[Candidate]]  # pod index -> where it may go
-    nodes: dict[str, Node]  # every node of the snapshot by name
-    gpus: dict[tuple[str, int], GPU] = field(default_factory=dict)
-    qos: QosRules = field(default_factory=lambda: QosRules(SolverPolicy()))
+    qos: QosRules
+    candidates: list[list[Candidate]] = field(default_factory=list)  # pod -> where it may go
+    _slots: dict[str, dict[int, int]] = field(default_factory=dict)
+    _domains: dict[str, IntArray] = field(default_factory=dict)
 
     @property
     def weights(self) -> Weights:
@@ -86,48 +94,94 @@ class Instance:
         value = self.weights.demand * gang_demand_milli(gang) * priority_weight(gang, self.weights)
         return round(OBJECTIVE_SCALE * value)
 
-    def domain(self, level: str, node: str, gpu: int | None = None) -> str | None:
-        """The domain at ``level`` holding ``node`` (and GPU ``gpu`` for the nvlink level),
-        as the checker defines it (:func:`solver.checker.topology_domain`); None: in none."""
-        return topology_domain(
-            self.nodes[node], self.gpus[(node, gpu)] if gpu is not None else None, level
-        )
+    # --- free capacity, by node name and GPU index -------------------------------------------
 
-    def gpu_free_milli(self, node: str, gpu: int) -> int:
-        return self.free[node].gpu_milli[gpu]
+    def _at(self, node: str, gpu: int) -> tuple[int, int]:
+        row = self.arrays.row_of[node]
+        slots = self._slots.get(node)
+        if slots is None:
+            slots = {g.index: s for s, g in enumerate(self.snapshot.nodes[row].gpus)}
+            self._slots[node] = slots
+        return row, slots[gpu]
+
+    def cpu_free(self, node: str) -> int:
+        return int(self.arrays.cpu[self.arrays.row_of[node]])
+
+    def memory_free(self, node: str) -> int:
+        return int(self.arrays.mem[self.arrays.row_of[node]])
+
+    def gpu(self, node: str, gpu: int) -> GPU:
+        row, slot = self._at(node, gpu)
+        return self.snapshot.nodes[row].gpus[slot]
+
+    def gpu_free(self, node: str, gpu: int) -> int:
+        return int(self.arrays.gfree[self._at(node, gpu)])
+
+    def gpu_memory_free(self, node: str, gpu: int) -> int:
+        return int(self.arrays.gmem[self._at(node, gpu)])
+
+    def gpu_classes(self, node: str, gpu: int) -> list[str | None]:
+        """QoS classes of the running pods on the GPU (None for a pod without a class)."""
+        return list(self.arrays.classes.get(self._at(node, gpu), []))
 
     def gpu_idle(self, node: str, gpu: int) -> bool:
         """No running pod holds any of this GPU (activating it costs power)."""
-        f = self.free[node]
-        return f.gpu_milli[gpu] >= MILLI and not f.gpu_classes.get(gpu)
+        return self.gpu_free(node, gpu) >= MILLI and not self.gpu_classes(node, gpu)
+
+    # --- topology ------------------------------------------------------------------------------
+
+    def domain(self, level: str, node: str, gpu: int | None = None) -> str | None:
+        """The domain at ``level`` holding ``node`` (and GPU ``gpu`` for the nvlink level),
+        as the checker defines it (:func:`solver.checker.topology_domain`); None: in none."""
+        n = self.snapshot.nodes[self.arrays.row_of[node]]
+        return topology_domain(n, self.gpu(node, gpu) if gpu is not None else None, level)
+
+    def domain_ids(self, level: str, gpus: npt.NDArray[np.bool_]) -> IntArray:
+        """Integer domain ids: per GPU slot (shape nodes x slots) for ``nvlink``, else per node
+        (shape nodes x 1); -1 where there is none. ``gpus`` limits the nvlink work to slots
+        that matter."""
+        key = level
+        cached = self._domains.get(key)
+        if cached is not None and level != "nvlink":
+            return cached
+        nodes = self.snapshot.nodes
+        names: dict[str, int] = {}
+        if level == "nvlink":
+            out = np.full(self.arrays.gfree.shape, -1, dtype=np.int64)
+            for row, slot in zip(*np.nonzero(gpus), strict=True):
+                n = nodes[row]
+                d = topology_domain(n, n.gpus[slot], level)
+                if d is not None:
+                    out[row, slot] = names.setdefault(d, len(names))
+            return out
+        out = np.full((len(nodes), 1), -1, dtype=np.int64)
+        for row, n in enumerate(nodes):
+            d = topology_domain(n, None, level)
+            if d is not None:
+                out[row, 0] = names.setdefault(d, len(names))
+        self._domains[key] = out
+        return out
 
 
 def make_instance(
     snapshot: Snapshot,
     *,
     hint: Plan | None = None,
-    per_class_window: int = 4,
-    max_classes_per_pod: int = 8,
-    free: FreeState | None = None,
+    per_pod_nodes: int = PER_POD_NODES,
+    arrays: ClusterArrays | None = None,
 ) -> Instance:
     """Derive the solve's data: free capacity, pods, and filtered candidates per pod."""
     from solver.cpsat.candidates import build_candidates
 
-    free = free if free is not None else free_capacity(snapshot)
-    gangs = snapshot.gangs
     pods: list[PodRef] = []
     gang_pods: list[list[int]] = []
-    for gi, gang in enumerate(gangs):
+    for gi, gang in enumerate(snapshot.gangs):
         idx: list[int] = []
         for pod in gang.pods:
             idx.append(len(pods))
             pods.append(PodRef(gi, pod))
         gang_pods.append(idx)
-    nodes = {n.name: n for n in snapshot.nodes}
-    gpus = {(n.name, g.index): g for n in snapshot.nodes for g in n.gpus}
-    inst = Instance(snapshot, free, gangs, pods, gang_pods, [], nodes, gpus,
-                    QosRules(snapshot.policy))
-    inst.candidates = build_candidates(
-        inst, hint=hint, per_class_window=per_class_window, max_classes_per_pod=max_classes_per_pod
-    )
+    inst = Instance(snapshot, arrays if arrays is not None else ClusterArrays(snapshot),
+                    snapshot.gangs, pods, gang_pods, QosRules(snapshot.policy))
+    inst.candidates = build_candidates(inst, hint=hint, per_pod_nodes=per_pod_nodes)
     return inst

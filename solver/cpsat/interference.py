@@ -32,7 +32,7 @@ def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
     costs: list[cp_model.LinearExprT] = []
     w = inst.weights.interference
     for (node, i), uses in v.on_gpu.items():
-        running: list[str | None] = list(inst.free[node].gpu_classes.get(i, []))
+        running = inst.gpu_classes(node, i)
         by_class: dict[str | None, list[cp_model.IntVar]] = defaultdict(list)
         for pi, u in uses:
             cls = inst.pods[pi].pod.qos_class

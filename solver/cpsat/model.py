@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
+from solver.baselines import ClusterArrays
 from solver.cpsat import (
     capacity,
     energy,
@@ -28,7 +29,6 @@ from solver.cpsat import (
 from solver.cpsat.instance import Instance, make_instance
 from solver.cpsat.variables import SCALE, Term, Vars, make_vars
 from solver.plan import GangPlacement, Plan
-from solver.state import FreeState
 from solver.types import Snapshot
 
 BuildFn = Callable[[Instance, cp_model.CpModel, Vars], list[Term]]
@@ -45,6 +45,9 @@ CONCERNS: tuple[tuple[str, BuildFn], ...] = (
     ("energy", energy.build),
     ("fragmentation", fragmentation.build),
 )
+
+# Deterministic time units granted per second of wall-clock budget.
+DTIME_PER_SECOND = 1.0
 
 _STATUS = {
     cp_model.OPTIMAL: "OPTIMAL",
@@ -67,6 +70,7 @@ class CpsatResult:
     solve_seconds: float
     terms: dict[str, float] = field(default_factory=dict)
     size: dict[str, float] = field(default_factory=dict)
+    arrays: ClusterArrays | None = None  # the snapshot's free capacity, for reuse
 
 
 def _hint(inst: Instance, v: Vars, model: cp_model.CpModel, hint: Plan) -> None:
@@ -103,12 +107,12 @@ def solve_window(
     time_limit: float = 1.0,
     seed: int = 0,
     workers: int = 1,
-    free: FreeState | None = None,
+    arrays: ClusterArrays | None = None,
     log: Callable[[str], None] | None = None,
 ) -> CpsatResult:
     """Build and solve the batch model for one snapshot (or one partition of it)."""
     t0 = time.perf_counter()
-    inst = make_instance(snapshot, hint=hint, free=free)
+    inst = make_instance(snapshot, hint=hint, arrays=arrays)
     model = cp_model.CpModel()
     v = make_vars(inst, model)
     terms: list[Term] = []
@@ -121,9 +125,14 @@ def solve_window(
 
     solver = cp_model.CpSolver()
     params = solver.parameters
-    params.max_time_in_seconds = max(0.01, time_limit - build_seconds)
+    budget = max(0.01, time_limit - build_seconds)
+    params.max_time_in_seconds = budget
+    # Determinism: a deterministic-time budget, and with several workers the interleaved
+    # (deterministic) parallel mode; only the wall-clock guard above can make reruns differ.
+    params.max_deterministic_time = budget * DTIME_PER_SECOND
     params.random_seed = seed
     params.num_workers = max(1, workers)
+    params.interleave_search = workers > 1
     if log is not None:
         params.log_search_progress = True
         params.log_to_stdout = False
@@ -133,8 +142,11 @@ def solve_window(
     size = {"pods": float(len(inst.pods)), "place_vars": float(len(v.place)),
             "use_vars": float(len(v.use)), "nodes_offered": float(len(v.on_node))}
     solve_seconds = solver.wall_time
+    if code != cp_model.OPTIMAL and solve_seconds >= 0.95 * budget:
+        size["wall_capped"] = 1.0
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return CpsatResult(status, None, None, None, build_seconds, solve_seconds, size=size)
+        return CpsatResult(status, None, None, None, build_seconds, solve_seconds, size=size,
+                           arrays=inst.arrays)
     values = {name: solver.value(expr) / SCALE for name, expr in terms}
     return CpsatResult(
         status,
@@ -145,4 +157,5 @@ def solve_window(
         solve_seconds,
         values,
         size,
+        inst.arrays,
     )
