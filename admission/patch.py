@@ -7,7 +7,8 @@ remembering what it created, so callers just say which value goes where.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from admission.review_types import PatchOp
@@ -15,19 +16,24 @@ from admission.review_types import PatchOp
 Part = str | int
 
 
+@lru_cache(maxsize=4096)
+def escape(token: str) -> str:
+    """One JSON Pointer reference token (RFC 6901): ``~`` and ``/`` escaped."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
 def pointer(parts: Sequence[Part]) -> str:
-    """JSON Pointer (RFC 6901): ``~`` and ``/`` inside keys are escaped."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+    return "".join("/" + escape(str(p)) for p in parts)
 
 
 class PatchBuilder:
     def __init__(self, obj: dict[str, Any]) -> None:
-        self._obj = obj
+        self.obj = obj
         self._made: set[tuple[Part, ...]] = set()
         self.ops: list[PatchOp] = []
 
     def _get(self, parts: Sequence[Part]) -> tuple[bool, Any]:
-        node: Any = self._obj
+        node: Any = self.obj
         for p in parts:
             in_map = isinstance(node, dict) and isinstance(p, str) and p in node
             in_list = isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node)
@@ -70,3 +76,28 @@ class PatchBuilder:
         self._ensure_map(parts[:-1])
         self.ops.append({"op": "add", "path": pointer(parts), "value": [value]})
         self._made.add(key)
+
+    def merge_map(self, parts: Sequence[Part], existing: object, values: Mapping[str, Any],
+                  drop: Iterable[str] = ()) -> None:
+        """Give the map at ``parts`` these ``values`` and remove the ``drop`` keys: one op per
+        changed key when the map exists (small patches), else one op adding the whole map."""
+        if isinstance(existing, dict) and tuple(parts) not in self._made:
+            base = pointer(parts) + "/"
+            for key in drop:
+                if key in existing:
+                    self.ops.append({"op": "remove", "path": base + escape(key)})
+            for key, value in values.items():
+                if existing.get(key) != value:
+                    self.ops.append({"op": "add", "path": base + escape(key), "value": value})
+            return
+        self.set(parts, dict(values))
+
+    def extend_list(self, parts: Sequence[Part], existing: object, items: Sequence[Any]) -> None:
+        """Append ``items`` to the list at ``parts`` (created when missing)."""
+        if not items:
+            return
+        if isinstance(existing, list) and tuple(parts) not in self._made:
+            path = pointer(parts) + "/-"
+            self.ops.extend({"op": "add", "path": path, "value": item} for item in items)
+            return
+        self.set(parts, list(items))

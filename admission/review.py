@@ -37,6 +37,25 @@ from admission.review_types import (
 )
 from admission.sharing import SharingAdapter, SharingError, Translation, adapter_for
 
+try:  # orjson parses and serialises reviews several times faster than the standard library
+    import orjson
+
+    def loads(data: bytes) -> Any:
+        """Parse JSON; ValueError on anything that is not JSON."""
+        return orjson.loads(data)
+
+    def dumps(obj: Any) -> bytes:
+        return orjson.dumps(obj)
+
+except ImportError:  # pragma: no cover - the standard library does the same, slower
+
+    def loads(data: bytes) -> Any:
+        return json.loads(data)
+
+    def dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
 REVIEW_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
 
@@ -64,11 +83,15 @@ class ReviewContext:
     model_memory: Mapping[str, int]
     levels: frozenset[str]
     qos_classes: frozenset[str]
+    by_namespace: Mapping[str, Tenant]
+    generation: str
 
     @staticmethod
     def build(policy: Policy) -> ReviewContext:
         return ReviewContext(
             policy=policy,
+            by_namespace=_namespaces(policy),
+            generation=policy.generation,
             adapter=adapter_for(policy.sharing),
             grid_milli=tuple(sorted({round(f * 1000) for f in policy.sharing.fraction_grid})),
             model_memory={m.name: m.memory_mib for m in policy.gpu_models},
@@ -77,8 +100,25 @@ class ReviewContext:
         )
 
 
+def _namespaces(policy: Policy) -> dict[str, Tenant]:
+    found: dict[str, Tenant] = {}
+    for tenant in policy.tenants:
+        for ns in tenant.namespaces:
+            found.setdefault(ns, tenant)  # validation refuses a namespace claimed twice
+    return found
+
+
+_last: list[ReviewContext] = []  # the context of the policy reviewed last (identity check)
+
+
 def context_for(policy: Policy) -> ReviewContext:
-    return policy.memo("review", ReviewContext.build)
+    """The review look-ups of ``policy``; the webhook reviews with one policy object until a
+    reload, so an identity check on the last one avoids even a dictionary look-up."""
+    if _last and _last[0].policy is policy:
+        return _last[0]
+    ctx = policy.memo("review", ReviewContext.build)
+    _last[:] = [ctx]
+    return ctx
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,7 +187,8 @@ def review(request: Mapping[str, Any], policy: Policy) -> Decision:
     meta = pod.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     namespace = request.get("namespace") or meta.get("namespace") or ""
-    tenant = policy.tenant_for_namespace(str(namespace))
+    ctx = context_for(policy)
+    tenant = ctx.by_namespace.get(str(namespace))
     if tenant is None:
         return _allow(uid, "unmanaged-namespace")
     try:
@@ -159,15 +200,15 @@ def review(request: Mapping[str, Any], policy: Policy) -> Decision:
         return _deny(uid, [problem])
     if demand is None:
         return _allow(uid, "no-gpu")
-    return _admit(uid, request, pod, meta, labels, annotations, demand, tenant, policy)
+    return _admit(uid, request, pod, meta, labels, annotations, demand, tenant, ctx)
 
 
 def _admit(
     uid: str, request: Mapping[str, Any], pod: dict[str, Any], meta: Mapping[str, Any],
     labels: Mapping[str, str], annotations: Mapping[str, str], demand: GpuDemand,
-    tenant: Tenant, policy: Policy,
+    tenant: Tenant, ctx: ReviewContext,
 ) -> Decision:
-    ctx = context_for(policy)
+    policy = ctx.policy
     problems: list[PodProblem] = []
     warnings: list[str] = []
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
@@ -195,21 +236,21 @@ def _admit(
         return _deny(uid, problems)
 
     patch = PatchBuilder(pod)
-    _patch_metadata(patch, tenant, gang, qos, count, milli, demand, models, policy, annotations,
-                    warnings)
+    _patch_metadata(patch, tenant, gang, qos, count, milli, demand, models, ctx, labels,
+                    annotations, warnings)
     _patch_resources(patch, spec, demand, translation, ctx.adapter, milli)
     _patch_env(patch, spec, demand, translation)
     gates = spec.get("schedulingGates")
     if not (isinstance(gates, list)
             and any(isinstance(g, dict) and g.get("name") == c.SCHEDULING_GATE for g in gates)):
-        patch.append(("spec", "schedulingGates"), {"name": c.SCHEDULING_GATE})
+        patch.extend_list(("spec", "schedulingGates"), gates, [{"name": c.SCHEDULING_GATE}])
     if scheduler is not None:
         patch.set(("spec", "schedulerName"), scheduler)
     response: AdmissionResponse = {
         "uid": uid,
         "allowed": True,
         "patchType": "JSONPatch",
-        "patch": base64.b64encode(json.dumps(patch.ops, separators=(",", ":")).encode()).decode(),
+        "patch": base64.b64encode(dumps(patch.ops)).decode(),
     }
     if warnings:
         response["warnings"] = warnings
@@ -427,9 +468,10 @@ def _check_priority(annotations: Mapping[str, str], problems: list[PodProblem]) 
 
 def _patch_metadata(
     patch: PatchBuilder, tenant: Tenant, gang: GangIdentity, qos: str | None, count: int,
-    milli: int, demand: GpuDemand, models: tuple[str, ...], policy: Policy,
-    annotations: Mapping[str, str], warnings: list[str],
+    milli: int, demand: GpuDemand, models: tuple[str, ...], ctx: ReviewContext,
+    labels: Mapping[str, str], annotations: Mapping[str, str], warnings: list[str],
 ) -> None:
+    policy = ctx.policy
     new_labels = {
         c.LABEL_MANAGED: "true",
         c.LABEL_TENANT: tenant.name,
@@ -437,8 +479,9 @@ def _patch_metadata(
     }
     if qos:
         new_labels[c.LABEL_QOS_CLASS] = qos
-    for key, value in new_labels.items():
-        patch.set(("metadata", "labels", key), value)
+    meta = patch.obj.get("metadata")
+    existing = meta if isinstance(meta, dict) else {}
+    patch.merge_map(("metadata", "labels"), existing.get("labels"), new_labels)
     new_annotations = {
         c.ANNOTATION_TENANT: tenant.name,
         c.ANNOTATION_GANG_NAME: gang.name,
@@ -448,20 +491,21 @@ def _patch_metadata(
         c.ANNOTATION_GPU_MEMORY_MIB: str(demand.memory_mib),
         c.ANNOTATION_ALLOWED_MODELS: ",".join(models),
         c.ANNOTATION_SHARING: policy.sharing.backend,
-        c.ANNOTATION_POLICY_GENERATION: policy.generation,
+        c.ANNOTATION_POLICY_GENERATION: ctx.generation,
     }
     if gang.size is not None:
         new_annotations[c.ANNOTATION_GANG_SIZE] = str(gang.size)
     queue = policy.queue_for(tenant)
     if queue:
         new_annotations[c.ANNOTATION_QUEUE] = queue
-    for key, value in new_annotations.items():
-        if annotations.get(key) != value:
-            patch.set(("metadata", "annotations", key), value)
-    for key in c.ASSIGNMENT_ANNOTATIONS:
-        if key in annotations:
-            patch.remove(("metadata", "annotations", key))
-            warnings.append(f"metadata.annotations[{key}]: removed; only Berth assigns GPUs")
+    drop = [key for key in c.ASSIGNMENT_ANNOTATIONS if key in annotations]
+    for key in drop:
+        warnings.append(f"metadata.annotations[{key}]: removed; only Berth assigns GPUs")
+    if isinstance(existing.get("annotations"), dict):
+        patch.merge_map(("metadata", "annotations"), existing["annotations"], new_annotations,
+                        drop)
+    else:
+        patch.set(("metadata", "annotations"), new_annotations)
 
 
 def _patch_resources(
@@ -508,6 +552,13 @@ def _apply(
             patch.set((*base, "requests", key), str(value))
 
 
+# The downward-API env entries, built once: JSON serialisation never mutates them.
+_DOWNWARD_ENTRIES = tuple(
+    (name, {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}})
+    for name, path in c.DOWNWARD_ENV
+)
+
+
 def _patch_env(
     patch: PatchBuilder, spec: Mapping[str, Any], demand: GpuDemand, translation: Translation
 ) -> None:
@@ -515,12 +566,7 @@ def _patch_env(
     for i in demand.gpu_containers:
         env = mains[i].get("env")
         have = {e["name"] for e in env} if isinstance(env, list) else set()
-        path = ("spec", "containers", i, "env")
-        for name, field_path in c.DOWNWARD_ENV:
-            if name not in have:
-                patch.append(path, {"name": name,
-                                    "valueFrom": {"fieldRef": {"fieldPath": field_path}}})
+        added: list[Any] = [entry for name, entry in _DOWNWARD_ENTRIES if name not in have]
         if i == demand.container:
-            for name, value in translation.env:
-                if name not in have:
-                    patch.append(path, {"name": name, "value": value})
+            added += [{"name": n, "value": v} for n, v in translation.env if n not in have]
+        patch.extend_list(("spec", "containers", i, "env"), env, added)

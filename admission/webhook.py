@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import signal
 import time
@@ -31,7 +30,15 @@ from admission.certs import TlsReloader
 from admission.metrics import WebhookMetrics
 from admission.policy_load import PolicyError, PolicyIssue, check_text
 from admission.policy_model import Policy
-from admission.review import Decision, MalformedReview, parse_review, review, review_response
+from admission.review import (
+    Decision,
+    MalformedReview,
+    dumps,
+    loads,
+    parse_review,
+    review,
+    review_response,
+)
 
 log = logging.getLogger("berth.webhook")
 
@@ -164,7 +171,7 @@ async def _mutate(request: web.Request) -> web.Response:
         return _plain(413, f"body exceeds the {state.max_body}-byte limit")
     start = time.perf_counter()
     try:
-        version, admission_request = parse_review(json.loads(body))
+        version, admission_request = parse_review(loads(body))
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
         metrics.bad_requests.labels(code="400").inc()
         reason = str(exc) if isinstance(exc, MalformedReview) else f"not JSON: {exc}"
@@ -174,10 +181,10 @@ async def _mutate(request: web.Request) -> web.Response:
     except Exception:  # never a 5xx: log it and refuse with an explanation
         log.exception("review failed for request %s", admission_request.get("uid"))
         decision = _internal_refusal(str(admission_request.get("uid", "")))
-    payload = json.dumps(review_response(version, decision.response), separators=(",", ":"))
+    payload = dumps(review_response(version, decision.response))
     metrics.review_seconds.observe(time.perf_counter() - start)
     state.count(decision)
-    return web.Response(body=payload.encode(), content_type="application/json")
+    return web.Response(body=payload, content_type="application/json")
 
 
 async def _mutate_guarded(request: web.Request) -> web.StreamResponse:
