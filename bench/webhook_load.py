@@ -72,9 +72,10 @@ end
 
 # The reference: parse the review, answer with a fixed patch. Same TLS setup, no access log.
 BARE = r"""
-import json, ssl, sys
+import base64, json, ssl, sys
 from aiohttp import web
-PATCH = "W3sib3AiOiJhZGQiLCJwYXRoIjoiL21ldGFkYXRhL2xhYmVscy9iZXJ0aC5kZXZ+MXRlbmFudCIsInZhbHVlIjoidGVhbS1hIn1d"
+PATCH = base64.b64encode(json.dumps([{"op": "add", "path": "/metadata/labels/berth.dev~1tenant",
+                                      "value": "team-a"}]).encode()).decode()
 async def mutate(request):
     review = json.loads(await request.read())
     uid = review["request"]["uid"]
