@@ -33,9 +33,11 @@ def load_client(kubeconfig: str | None = None) -> client.ApiClient:
 
 def _error(exc: ApiException) -> ApiError:
     try:
-        message = json.loads(exc.body or "{}").get("message") or exc.reason
+        status_body = json.loads(exc.body or "{}")
+        message = status_body.get("message") or exc.reason
+        causes = (status_body.get("details") or {}).get("causes")
     except (ValueError, AttributeError):
-        message = str(exc.reason)
+        message, causes = str(exc.reason), None
     status = int(exc.status or 0)
     if status == 404:
         return NotFound(status, message)
@@ -43,8 +45,11 @@ def _error(exc: ApiException) -> ApiError:
         return Conflict(status, message)
     if status == 410:
         return Gone(status, message)
-    if status == 422 and "test" in message.lower():
-        return Conflict(status, message)  # a JSON-patch test op failed: the object changed
+    if status == 422 and not causes:
+        # A JSON patch that does not apply to the object as stored (a failed ``test`` op, a
+        # missing path) comes back as a bare 422 "the server rejected our request"; validation
+        # failures name their causes. The former means the object changed: read it again.
+        return Conflict(status, message)
     return ApiError(status, message)
 
 

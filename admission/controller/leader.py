@@ -21,7 +21,13 @@ log = logging.getLogger(__name__)
 
 
 def micro_time(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """A MicroTime. Never a whole second: the ``kubernetes`` client re-reads a dict body as its
+    model and writes datetimes back with ``isoformat()``, which drops ``.000000``, a form the
+    API server refuses for MicroTime fields."""
+    t = t.astimezone(UTC)
+    if t.microsecond == 0:
+        t = t.replace(microsecond=1)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_time(s: str | None) -> datetime | None:
