@@ -31,7 +31,7 @@ Rules (each a :class:`Kind`):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -48,6 +48,7 @@ from solver.types import (
     PodRequest,
     Snapshot,
     SolverPolicy,
+    Tenant,
     TopologyMode,
 )
 
@@ -133,60 +134,63 @@ def quota_usage_milli(snapshot: Snapshot, plan: Plan | None = None) -> dict[str,
     return dict(used)
 
 
-def quota_violations(snapshot: Snapshot, plan: Plan) -> list[Violation]:
-    """The tenant quota rule, in GPU milli units.
+def quota_problems(
+    tenants: Sequence[Tenant], used: Mapping[str, int], admitting: Iterable[str]
+) -> list[str]:
+    """The tenant quota rule, in GPU milli units, on usage *after* a plan.
 
-    Let ``used[t]`` be tenant t's GPU milli after the plan (running pods that name t plus the
-    gangs the plan admits for t) and ``quota[t]`` its ``quota_milli`` (None: unlimited, never
-    over). ``over[t] = max(0, used[t] - quota[t])`` is what t borrows and
-    ``idle[t] = max(0, quota[t] - used[t])`` what it lends. A plan that admits anything for
-    tenant t must leave:
+    ``used[t]`` is tenant t's GPU milli after the plan (running pods that name t plus the gangs
+    the plan admits for t) and ``quota[t]`` its ``quota_milli`` (None: unlimited, never over).
+    ``over[t] = max(0, used[t] - quota[t])`` is what t borrows and
+    ``idle[t] = max(0, quota[t] - used[t])`` what it lends. Every tenant t the plan admits
+    anything for (``admitting``) must have:
 
     1. ``over[t] == 0`` unless ``t.can_borrow``;
     2. ``over[t] <= t.borrow_limit_milli`` when that limit is set;
     3. if ``over[t] > 0``: ``sum(over) <= sum(idle)`` over all declared tenants, i.e. all
-       borrowing together fits in the quota others leave idle after the plan.
+       borrowing together fits in the quota that others leave idle after the plan.
 
     Tenants the plan admits nothing for are not judged, so quotas lowered below what already
     runs do not make every plan infeasible. Undeclared tenants have no quota.
     """
-    if not snapshot.tenants:
-        return []
-    used = quota_usage_milli(snapshot, plan)
-    gangs = {g.name: g for g in snapshot.gangs}
-    admitting = {gangs[gp.gang].tenant for gp in plan.admitted if gp.gang in gangs}
     over: dict[str, int] = {}
     idle: dict[str, int] = {}
-    for t in snapshot.tenants:
+    for t in tenants:
         if t.quota_milli is None:
             continue
         u = used.get(t.name, 0)
         over[t.name] = max(0, u - t.quota_milli)
         idle[t.name] = max(0, t.quota_milli - u)
-    out: list[Violation] = []
+    wanted = set(admitting)
+    out: list[str] = []
     pool_checked = False
-    for t in snapshot.tenants:
-        if t.name not in admitting or over.get(t.name, 0) == 0:
+    for t in tenants:
+        if t.name not in wanted or over.get(t.name, 0) == 0:
             continue
         o = over[t.name]
         head = (f"tenant {t.name} uses {used.get(t.name, 0)} milli-GPU, over its quota of "
                 f"{t.quota_milli}")
         if not t.can_borrow:
-            out.append(Violation(Kind.QUOTA, f"{head} and may not borrow"))
+            out.append(f"{head} and may not borrow")
         elif t.borrow_limit_milli is not None and o > t.borrow_limit_milli:
-            out.append(
-                Violation(Kind.QUOTA, f"{head}: borrows {o}, above its borrow limit of "
-                          f"{t.borrow_limit_milli}")
-            )
+            out.append(f"{head}: borrows {o}, above its borrow limit of {t.borrow_limit_milli}")
         if not pool_checked:
             pool_checked = True
             borrowed, lendable = sum(over.values()), sum(idle.values())
             if borrowed > lendable:
-                out.append(
-                    Violation(Kind.QUOTA, f"tenants borrow {borrowed} milli-GPU in all but only "
-                              f"{lendable} of others' quota is idle")
-                )
+                out.append(f"tenants borrow {borrowed} milli-GPU in all but only {lendable} of "
+                           "others' quota is idle")
     return out
+
+
+def quota_violations(snapshot: Snapshot, plan: Plan) -> list[Violation]:
+    """:func:`quota_problems` of the usage after ``plan``, as violations."""
+    if not snapshot.tenants:
+        return []
+    gangs = {g.name: g for g in snapshot.gangs}
+    admitting = {gangs[gp.gang].tenant for gp in plan.admitted if gp.gang in gangs}
+    used = quota_usage_milli(snapshot, plan)
+    return [Violation(Kind.QUOTA, m) for m in quota_problems(snapshot.tenants, used, admitting)]
 
 
 # --------------------------------------------------------------------------------------------
