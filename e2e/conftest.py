@@ -113,23 +113,36 @@ def cluster() -> Iterator[E2ECluster]:
             print(f"\ne2e: cluster files kept in {workdir}")
 
 
-@pytest.fixture
-def namespace(cluster: E2ECluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace per test, deleted afterwards; waits for its default service account,
-    which the ServiceAccount admission plugin requires before any pod can be created."""
-    base = request.node.name.lower().replace("_", "-")
-    name = f"e2e-{base[:40].strip('-')}-{uuid.uuid4().hex[:5]}"
-    core = cluster.core
+def make_namespace(core: client.CoreV1Api, base: str) -> str:
+    """Create a uniquely named namespace and wait for its default service account, which the
+    ServiceAccount admission plugin requires before any pod can be created in it."""
+    name = f"e2e-{base.lower().replace('_', '-')[:40].strip('-')}-{uuid.uuid4().hex[:5]}"
     core.create_namespace({"metadata": {"name": name, "labels": {"berth-e2e": "true"}}})
     deadline = time.monotonic() + 30
     while True:
         try:
             core.read_namespaced_service_account("default", name)
-            break
+            return name
         except ApiException as exc:
             if exc.status != 404 or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
-    yield name
-    core.delete_namespace(name, grace_period_seconds=0)
 
+
+@pytest.fixture
+def namespace(cluster: E2ECluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards."""
+    name = make_namespace(cluster.core, request.node.name)
+    yield name
+    cluster.core.delete_namespace(name, grace_period_seconds=0)
+
+
+@pytest.fixture
+def tenant_namespaces(cluster: E2ECluster, request: pytest.FixtureRequest
+                      ) -> Iterator[dict[str, str]]:
+    """Fresh namespaces for the sample policy's tenants, per test: tenant -> namespace."""
+    made = {t: make_namespace(cluster.core, f"{t}-{request.node.name}"[:30])
+            for t in ("team-a", "team-b")}
+    yield made
+    for name in made.values():
+        cluster.core.delete_namespace(name, grace_period_seconds=0)

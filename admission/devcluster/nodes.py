@@ -82,9 +82,7 @@ class FakeGpuNode:
             "metadata": {"name": self.name, "labels": labels, "annotations": annotations},
             "spec": spec,
             # Status may be set on create; kwok then keeps the conditions and lease fresh.
-            "status": {"capacity": resources, "allocatable": dict(resources),
-                       "nodeInfo": {"kubeletVersion": "fake", "architecture": "amd64",
-                                    "operatingSystem": "linux"}},
+            "status": {"capacity": resources, "allocatable": dict(resources)},
         }
 
 

@@ -1,0 +1,93 @@
+"""Berth's own webhook on the cluster under test, deployed the way a person would do it locally.
+
+For each test: a copy of config/policy/sample-policy.yaml whose tenants own that test's
+namespaces; ``berth certs`` issues the serving pair and renders the
+MutatingWebhookConfiguration (caBundle, namespaceSelector, matchConditions) for a 127.0.0.1
+URL; ``berth webhook`` serves it as a separate process; the configuration is applied and the
+fixture waits until a dry-run GPU pod comes back gated. Everything is undone afterwards.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from admission.devcluster import processes
+from admission.devcluster.binaries import REPO_ROOT
+from e2e.conftest import E2ECluster
+from e2e.helpers import pod_manifest
+from e2e.webhooks import registered, wait_until_mutating
+
+SAMPLE_POLICY = REPO_ROOT / "config" / "policy" / "sample-policy.yaml"
+GATE = "berth.dev/admission"
+
+
+@dataclass
+class BerthWebhook:
+    policy: Path
+    port: int
+    log: Path
+
+
+def policy_for(namespaces: Mapping[str, str], out: Path) -> Path:
+    """The sample policy with each tenant owning only the given namespace (tenant -> ns)."""
+    doc: dict[str, Any] = yaml.safe_load(SAMPLE_POLICY.read_text())
+    known = {t["name"] for t in doc["tenants"]}
+    unknown = set(namespaces) - known
+    if unknown:
+        raise ValueError(f"tenants {sorted(unknown)} are not in {SAMPLE_POLICY} ({sorted(known)})")
+    for tenant in doc["tenants"]:
+        tenant["namespaces"] = [namespaces.get(tenant["name"], f"unused-{tenant['name']}")]
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+def _berth(*args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "admission.cli", *args], capture_output=True,
+                          text=True, timeout=60, cwd=REPO_ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"berth {' '.join(args)} failed ({done.returncode}):\n"
+                           f"{done.stdout}{done.stderr}")
+
+
+@contextmanager
+def berth_webhook(cluster: E2ECluster, workdir: Path,
+                  namespaces: Mapping[str, str]) -> Iterator[BerthWebhook]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    policy = policy_for(namespaces, workdir / "policy.yaml")
+    port = processes.free_port()
+    certs = workdir / "certs"
+    rendered = workdir / "webhook.yaml"
+    _berth("certs", "--out", str(certs), "--host", "127.0.0.1",
+           "--render-webhook-config", str(rendered),
+           "--url", f"https://127.0.0.1:{port}/mutate-pods", "--policy", str(policy))
+    proc, record = processes.start(
+        "berth-webhook",
+        [sys.executable, "-m", "admission.cli", "webhook", "--policy", str(policy),
+         "--cert-dir", str(certs), "--port", str(port)],
+        workdir)
+    try:
+        ctx = processes.https_context(certs / "ca.crt")
+        processes.wait_until(
+            "berth webhook",
+            lambda: processes.http_ok(f"https://127.0.0.1:{port}/readyz", ctx),
+            timeout=60, proc=proc, record=record)
+        config: dict[str, Any] = yaml.safe_load(rendered.read_text())
+        # Unique per test, so a leftover from a crashed run can never capture another test.
+        config["metadata"]["name"] = f"berth-{workdir.name}"[:63]
+        with registered(cluster.api, config):
+            some_ns = next(iter(namespaces.values()))
+            wait_until_mutating(
+                client.CoreV1Api(cluster.api), some_ns, pod_manifest("probe", gpus=1),
+                lambda p: any(g.name == GATE for g in p.spec.scheduling_gates or []))
+            yield BerthWebhook(policy=policy, port=port, log=Path(record.log))
+    finally:
+        processes.stop(record, proc)
