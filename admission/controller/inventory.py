@@ -52,6 +52,7 @@ class Inventory:
     def apply_pod(self, event: str, pod: Obj) -> bool:
         """Record a watch event (ADDED, MODIFIED, DELETED) or an object the API returned.
         Returns True when the inventory changed."""
+        pod = slim(pod)
         key = pod_key(pod)
         with self._lock:
             old = self._pods.get(key)
@@ -72,7 +73,7 @@ class Inventory:
 
     def replace_pods(self, pods: list[Obj]) -> None:
         """A full relist (start-up, resync, or a watch that expired)."""
-        fresh = {pod_key(p): p for p in pods if self.pod_matters(p)}
+        fresh = {pod_key(p): slim(p) for p in pods if self.pod_matters(p)}
         with self._lock:
             self._pods = fresh
             self._version += 1
@@ -114,6 +115,14 @@ class Inventory:
     def counts(self) -> dict[str, Any]:
         with self._lock:
             return {"nodes": len(self._nodes), "pods": len(self._pods)}
+
+
+def slim(obj: Obj) -> Obj:
+    """The object without ``managedFields``, often half its size and never read here."""
+    m = obj.get("metadata")
+    if not m or "managedFields" not in m:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in m.items() if k != "managedFields"}}
 
 
 def _berth_released(pod: Obj) -> bool:

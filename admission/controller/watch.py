@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from admission.controller.api import ApiError, Gone, Json
@@ -44,7 +45,9 @@ class WatchLoop:
                 self.synced.set()
                 backoff = 0.5
                 while not stop.is_set():
+                    started, events = time.monotonic(), 0
                     for event, obj in self.watcher(version, self.resync):
+                        events += 1
                         if stop.is_set():
                             return
                         if event == "BOOKMARK":
@@ -54,6 +57,8 @@ class WatchLoop:
                             raise Gone(410, str(obj.get("message", "watch error")))
                         self.apply(event, obj)
                         version = (obj.get("metadata") or {}).get("resourceVersion", version)
+                    if not events and time.monotonic() - started < 1.0:
+                        stop.wait(1.0)  # a server that closes watches at once: do not spin
             except Gone:
                 log.info("%s watch expired; listing again", self.kind)
                 continue
