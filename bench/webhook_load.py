@@ -188,6 +188,13 @@ def wrk(port: int, script: Path, seconds: int, connections: int, core: str) -> d
     return r
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc; immune to time waiting for a
+    contended core, which is why per-request CPU is the steadier figure on a shared machine)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_review_mean_us(port: int, ca: Path) -> float | None:
     ctx = ssl.create_default_context(cafile=str(ca))
     try:
@@ -257,7 +264,9 @@ def main() -> int:
                 try:
                     wrk(port, flat, 3, args.connections, args.wrk_core)  # warm-up
                     fixed = wrk(port, paced, args.seconds, args.connections, args.wrk_core)
+                    cpu0 = cpu_seconds(proc.pid)
                     sat = wrk(port, flat, args.seconds, args.connections, args.wrk_core)
+                    cpu_us = (cpu_seconds(proc.pid) - cpu0) / max(sat["requests"], 1) * 1e6
                     review_us = server_review_mean_us(port, certs / "ca.crt") if kind == \
                         "berth" else None
                 finally:
@@ -268,6 +277,7 @@ def main() -> int:
                                    ("p99_ms", fixed["p99_us"] / 1e3),
                                    ("p999_ms", fixed["p999_us"] / 1e3),
                                    ("sat_rps", sat["rps"]), ("sat_p99_ms", sat["p99_us"] / 1e3),
+                                   ("cpu_us", cpu_us),
                                    ("errors", fixed["socket_errors"] + fixed["non2xx"]
                                     + sat["socket_errors"] + sat["non2xx"])):
                     row.setdefault(key, []).append(value)
@@ -275,7 +285,8 @@ def main() -> int:
                     row.setdefault("review_us", []).append(review_us)
                 print(f"round {rnd + 1} {kind:5s}: {args.rate}/s -> {fixed['rps']:.0f}/s "
                       f"p50 {fixed['p50_us'] / 1e3:.2f} ms p99 {fixed['p99_us'] / 1e3:.2f} ms; "
-                      f"saturation {sat['rps']:.0f}/s (p99 {sat['p99_us'] / 1e3:.2f} ms)"
+                      f"saturation {sat['rps']:.0f}/s (p99 {sat['p99_us'] / 1e3:.2f} ms); "
+                      f"server CPU {cpu_us:.0f} us/review"
                       + (f"; review() mean {review_us:.0f} us" if review_us else ""),
                       flush=True)
     report = render(results, args, started, body_bytes)
@@ -307,6 +318,10 @@ def render(results: dict[str, dict[str, list[float]]], args: argparse.Namespace,
         f"| **saturation** (target >= 5,000/s) | {med(b, 'sat_rps'):.0f}/s | "
         f"{med(r, 'sat_rps'):.0f}/s | {med(r, 'sat_rps') / med(b, 'sat_rps'):.2f} |",
         f"| p99 at saturation | {med(b, 'sat_p99_ms'):.2f} ms | {med(r, 'sat_p99_ms'):.2f} ms | |",
+        f"| server CPU per review at saturation | {med(b, 'cpu_us'):.0f} us | "
+        f"{med(r, 'cpu_us'):.0f} us | {med(r, 'cpu_us') / med(b, 'cpu_us'):.2f} |",
+        f"| throughput one dedicated core would give (1 s / CPU per review) | "
+        f"{1e6 / med(b, 'cpu_us'):.0f}/s | {1e6 / med(r, 'cpu_us'):.0f}/s | |",
         f"| errors (socket + non-2xx), all runs | {sum(results[b]['errors']):.0f} | "
         f"{sum(results[r]['errors']):.0f} | |",
         f"| server-side review() mean (parse to serialised answer) | | "
