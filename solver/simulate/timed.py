@@ -121,9 +121,10 @@ class GangOutcome:
 
 @dataclass(frozen=True, slots=True)
 class TenantResult:
-    """One tenant's service. ``share``: its part of all GPU time handed out; ``entitled``: its
-    weight's part; ``fair_gpu_seconds``: what a weighted max-min fair split of the cluster over
-    the tenants' demand (running plus waiting) would have given it, integrated over time."""
+    """One tenant's service over the arrival period (0 to the last arrival). ``share``: its part
+    of all GPU time handed out; ``entitled``: its weight's part; ``fair_gpu_seconds``: what a
+    weighted max-min fair split of the cluster over the tenants' demand (running plus waiting)
+    would have given it, integrated over time."""
 
     tenant: str
     weight: float
@@ -286,6 +287,11 @@ class _Cluster:
     waiting_milli: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     fair_milli_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     weights: dict[str, float] = field(default_factory=dict)
+    # fairness is judged over the arrival period (0 .. last arrival): over the whole replay
+    # every tenant eventually gets all it asked for, whatever the policy
+    cutoff: float = 0.0
+    loaded_milli_s: dict[str, float] | None = None
+    loaded_fair_milli_s: dict[str, float] | None = None
     # per GPU: milli in use and the running pods on it
     gpu_used: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
     gpu_pods: dict[tuple[str, int], list[Running]] = field(
@@ -316,6 +322,18 @@ class _Cluster:
 
     def advance(self, t: float) -> None:
         """Integrate everything from ``now`` to ``t`` at the current rates."""
+        if self.loaded_milli_s is None and self.now < self.cutoff <= t:
+            self._integrate(self.cutoff)
+            self.freeze_fairness()
+        self._integrate(t)
+
+    def freeze_fairness(self) -> None:
+        """Keep the tenants' integrals as they stand now, the end of the arrival period."""
+        if self.loaded_milli_s is None:
+            self.loaded_milli_s = dict(self.tenant_milli_s)
+            self.loaded_fair_milli_s = dict(self.fair_milli_s)
+
+    def _integrate(self, t: float) -> None:
         dt = t - self.now
         if dt < 0:
             raise SimulationError(f"clock moved back from {self.now} to {t}")
@@ -481,7 +499,8 @@ def simulate_timed(
     solve = solve or default_solve(config)
     truth = scenario.policy
     shown = truth if config.interference_aware else oblivious_policy(truth)
-    cluster = _Cluster(scenario=scenario, profiles=resolve_profiles(truth.qos_classes))
+    cluster = _Cluster(scenario=scenario, profiles=resolve_profiles(truth.qos_classes),
+                       cutoff=scenario.arrivals[-1].arrival_s if scenario.arrivals else 0.0)
     arrivals = scenario.arrivals
     queues: dict[str, deque[TimedGang]] = {t.name: deque() for t in scenario.tenants}
     placed: dict[str, _Placed] = {}
@@ -511,17 +530,19 @@ def simulate_timed(
         boundary = max(-(-ev // w) * w, last_boundary + w)
         stop = until is not None and boundary > until
         horizon = until if stop and until is not None else boundary
-        # 2. departures and arrivals up to the window's end, each at its own time
-        while departures and departures[0][0] <= horizon:
-            end, name = heapq.heappop(departures)
-            cluster.advance(end)
-            cluster.stop(placed[name])
-            departed.add(name)
-        while next_arrival < len(arrivals) and arrivals[next_arrival].arrival_s <= horizon:
-            a = arrivals[next_arrival]
-            queues[a.gang.tenant].append(a)
-            cluster.enqueue(a)
-            next_arrival += 1
+        # 2. departures and arrivals up to the window's end, in time order, each at its own
+        #    time (departures first on a tie: capacity freed at t is there for arrivals at t)
+        while (ev := next_event()) is not None and ev <= horizon:
+            cluster.advance(ev)
+            if departures and departures[0][0] == ev:
+                _, name = heapq.heappop(departures)
+                cluster.stop(placed[name])
+                departed.add(name)
+            else:
+                a = arrivals[next_arrival]
+                queues[a.gang.tenant].append(a)
+                cluster.enqueue(a)
+                next_arrival += 1
         cluster.advance(horizon)
         if stop:
             break
@@ -598,7 +619,13 @@ def _result(
         # gangs arriving after `until` never entered the replay and are not reported
     waits = [o.wait_s for o in outcomes if o.wait_s is not None]
     weights = {t.name: t.weight for t in scenario.tenants}
-    gpu_seconds = {t: milli_s / MILLI for t, milli_s in cluster.tenant_milli_s.items()}
+    if cluster.cutoff <= 0:  # everything arrived at once: judge the whole replay
+        cluster.loaded_milli_s = dict(cluster.tenant_milli_s)
+        cluster.loaded_fair_milli_s = dict(cluster.fair_milli_s)
+    cluster.freeze_fairness()  # the clock stopped (--until) before the last arrival
+    loaded = cluster.loaded_milli_s or {}
+    loaded_fair = cluster.loaded_fair_milli_s or {}
+    gpu_seconds = {t: milli_s / MILLI for t, milli_s in loaded.items()}
     shares: list[TenantShare] = tenant_shares(gpu_seconds, weights)
     tenants = []
     for s in shares:
@@ -614,7 +641,7 @@ def _result(
                 gpu_seconds=s.gpu_seconds,
                 share=s.share,
                 entitled=s.entitled,
-                fair_gpu_seconds=cluster.fair_milli_s.get(s.tenant, 0.0) / MILLI,
+                fair_gpu_seconds=loaded_fair.get(s.tenant, 0.0) / MILLI,
                 wait_p50_s=pct["p50"],
                 wait_p90_s=pct["p90"],
             )

@@ -110,6 +110,26 @@ def test_fair_share_and_jain_on_two_tenants_sharing_one_gpu() -> None:
     assert [x.share for x in r.tenants] == pytest.approx([0.5, 0.5])
 
 
+def test_fairness_is_judged_over_the_arrival_period() -> None:
+    # a1 holds the only GPU from 0 to 100; b1 waits from 20; a2 arrives last, at 60
+    sc = Scenario(
+        nodes=(_node(),),
+        tenants=(Tenant("team-a"), Tenant("team-b")),
+        arrivals=(TimedGang(_gang("a1"), 0.0, 100.0),
+                  TimedGang(_gang("b1", tenant="team-b"), 20.0, 100.0),
+                  TimedGang(_gang("a2"), 60.0, 10.0)),
+        policy=WATTS,
+    )
+    r = simulate_timed(sc, TimedConfig(policy="firstfit", window_s=5.0))
+    t = {x.tenant: x for x in r.tenants}
+    # over 0..60: team-a got 60 GPU-s; fair is all of it until 20, then half each
+    assert t["team-a"].gpu_seconds == pytest.approx(60) and t["team-b"].gpu_seconds == 0
+    assert t["team-a"].fair_gpu_seconds == pytest.approx(40)
+    assert t["team-b"].fair_gpu_seconds == pytest.approx(20)
+    assert r.jain == pytest.approx(1.5**2 / (2 * 1.5**2))
+    assert r.count("departed") == 3  # the replay itself still runs to the end
+
+
 def test_serving_next_to_training_counts_as_missed_only_when_oblivious() -> None:
     sc = Scenario(
         nodes=(_node(),),
