@@ -323,6 +323,7 @@ def _nodes(r: _Reader, value: object) -> tuple[Node, ...]:
         return ()
     for i, raw in enumerate(raw_nodes):
         p = f"nodes[{i}]"
+        before = len(r.errors)
         d = r.obj(raw, p, NODE_FIELDS)
         if d is None:
             continue
@@ -352,6 +353,8 @@ def _nodes(r: _Reader, value: object) -> tuple[Node, ...]:
                 taints.append(taint)
         sched = r.flag(d, "schedulable", p, default=True)
         ready = r.flag(d, "ready", p, default=True)
+        if len(r.errors) > before:
+            continue  # reported already; the constructor would only repeat it
         node = r.build(p, Node, name or "?", cpu, mem, gpus, labels, tuple(taints), topology,
                        sched, ready)
         if node is not None and name:

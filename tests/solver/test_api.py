@@ -1,0 +1,128 @@
+"""solver.api.solve: every solver behind one call, CP-SAT's safety net, determinism,
+partitioning."""
+
+from __future__ import annotations
+
+import pytest
+from test_cpsat_cases import STATS, gang, node, pod, running, snap
+
+from solver.api import solve
+from solver.baselines import place
+from solver.checker import check, quota_violations
+from solver.cpsat.model import CpsatResult
+from solver.cpsat.solve import choose
+from solver.partition import auto_partitions, split_nodes, sub_problems, tenant_caps
+from solver.plan import GangPlacement, Plan, PodPlacement
+from solver.types import GpuShare, Snapshot, Tenant, TopologyMode, TopologyRequirement
+
+
+def _window() -> Snapshot:
+    nodes = [node(f"n{i}", gpus=4, rack=f"r{i % 3}") for i in range(9)]
+    gangs = [gang(f"g{i}", pod(milli=(250, 500, 1000)[i % 3]), tenant="ab"[i % 2],
+                  priority=i % 3) for i in range(18)]
+    gangs.append(gang("rackbound", pod("x", gpus=4), pod("y", gpus=4), tenant="a",
+                      topology=TopologyRequirement("rack", TopologyMode.REQUIRED)))
+    return snap(nodes, gangs, run=(running("r0", "n0", (0, 700), tenant="b"),),
+                tenants=(Tenant("a", 8000, borrow_limit_milli=4000), Tenant("b", 12000)))
+
+
+def test_unknown_solver_and_bad_limits_are_refused() -> None:
+    s = _window()
+    with pytest.raises(ValueError, match="solver must be one of"):
+        solve(s, solver="magic")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="time_limit"):
+        solve(s, time_limit=0)
+    with pytest.raises(ValueError, match="workers"):
+        solve(s, workers=0)
+
+
+@pytest.mark.parametrize("name", ["cpsat", "fgd", "bestfit", "firstfit", "random"])
+def test_each_solver_returns_a_feasible_plan_with_reasons(name: str) -> None:
+    s = _window()
+    plan = solve(s, solver=name, time_limit=2.0)  # type: ignore[arg-type]
+    assert not check(s, plan)
+    assert plan.stats.solver == name
+    assert all(d.reason for d in plan.deferred)
+    assert len(plan.admitted) + len(plan.deferred) == len(s.gangs)
+
+
+def test_cpsat_reports_status_objective_bound_and_time() -> None:
+    plan = solve(_window(), time_limit=2.0)
+    st = plan.stats
+    assert st.status in ("OPTIMAL", "FEASIBLE")
+    assert st.objective is not None and st.bound is not None and st.bound >= st.objective - 1e-6
+    assert 0 < st.wall_seconds < 10
+    assert not st.fallback
+
+
+def test_no_solution_falls_back_to_the_greedy_plan() -> None:
+    s = _window()
+    hint = place(s, "bestfit")
+    plan, why = choose(s, CpsatResult("UNKNOWN", None, None, None, 0.0, 0.0), hint)
+    assert plan is hint and why == "no_solution"
+
+
+def test_a_plan_the_checker_rejects_is_never_returned() -> None:
+    s = snap([node("n", gpus=1)], [gang("a", pod()), gang("b", pod())])
+    hint = place(s, "bestfit")
+    both = [GangPlacement(g, (PodPlacement("p", "n", (GpuShare(0, 1000),)),)) for g in "ab"]
+    plan, why = choose(s, CpsatResult("FEASIBLE", both, 1.0, 1.0, 0.0, 0.0), hint)
+    assert plan is hint and why == "checker"
+
+
+def test_a_plan_admitting_less_than_greedy_is_replaced_by_it() -> None:
+    s = snap([node("n", gpus=2)], [gang("a", pod()), gang("b", pod())])
+    hint = place(s, "bestfit")
+    assert len(hint.admitted) == 2
+    one = [GangPlacement("a", (PodPlacement("p", "n", (GpuShare(0, 1000),)),))]
+    plan, why = choose(s, CpsatResult("FEASIBLE", one, 1.0, 1.0, 0.0, 0.0), hint)
+    assert plan is hint and why == "greedy_admits_more"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_same_seed_same_plan(workers: int) -> None:
+    s = _window()
+    a = solve(s, time_limit=1.0, seed=7, workers=workers)
+    b = solve(s, time_limit=1.0, seed=7, workers=workers)
+    assert a.admitted == b.admitted and a.deferred == b.deferred
+
+
+def _big() -> Snapshot:
+    nodes = [node(f"n{i:03d}", gpus=4, rack=f"r{i // 8}") for i in range(48)]
+    gangs = [gang(f"g{i}", pod(milli=(300, 1000, 1000)[i % 3]), tenant="abc"[i % 3],
+                  priority=i % 2) for i in range(60)]
+    gangs += [gang(f"t{i}", pod("x", gpus=4), pod("y", gpus=4), tenant="a",
+                   topology=TopologyRequirement("rack", TopologyMode.REQUIRED))
+              for i in range(3)]
+    return snap(nodes, gangs, tenants=(Tenant("a", 20000), Tenant("b", 6000, can_borrow=False),
+                                       Tenant("c", 30000)))
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_partitioned_solve_is_feasible_and_keeps_quotas(processes: bool) -> None:
+    s = _big()
+    plan = solve(s, time_limit=2.0, partitions=3, workers=2, processes=processes)
+    assert not check(s, plan)
+    assert plan.stats.detail["partitions"] == 3
+    assert len(plan.admitted) + len(plan.deferred) == len(s.gangs)
+    assert {"t0", "t1", "t2"} <= plan.admitted_names  # a rack stays inside one part
+
+
+def test_parts_split_nodes_evenly_and_caps_fit_the_idle_pool() -> None:
+    s = _big()
+    parts = split_nodes(s, 3)
+    assert sorted(len(p) for p in parts) == [16, 16, 16]
+    assert all(len({n.topology["rack"] for n in p}) == 2 for p in parts)
+    caps = tenant_caps(s)
+    assert caps["b"] <= 6000
+    over = sum(max(0, caps[t.name] - (t.quota_milli or 0)) for t in s.tenants)
+    idle = sum(max(0, (t.quota_milli or 0) - caps[t.name]) for t in s.tenants)
+    assert over <= idle
+    subs = sub_problems(s, 3)
+    assert sorted(g.name for sub in subs for g in sub.gangs) == sorted(g.name for g in s.gangs)
+
+
+def test_partitions_are_chosen_by_size() -> None:
+    assert auto_partitions(_window()) == 1
+    plan = Plan((), (), STATS)
+    assert not quota_violations(_window(), plan)

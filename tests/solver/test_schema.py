@@ -1,0 +1,136 @@
+"""solver.schema: snapshots from plain data with every error and its path, and back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_cpsat_random import snapshots
+
+from solver.plan import Deferred, GangPlacement, Plan, PodPlacement, SolveStats
+from solver.schema import SnapshotError, parse_snapshot, plan_to_dict, snapshot_to_dict
+from solver.types import GpuShare, Snapshot, TopologyMode
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "examples" / "snapshot.yaml"
+
+
+def _errors(data: object) -> list[str]:
+    with pytest.raises(SnapshotError) as exc:
+        parse_snapshot(data)
+    return [str(e) for e in exc.value.errors]
+
+
+def test_the_worked_example_parses() -> None:
+    s = parse_snapshot(yaml.safe_load(EXAMPLE.read_text()))
+    assert {t.name for t in s.tenants} == {"team-a", "team-b"}
+    pretrain = next(g for g in s.gangs if g.name == "team-a/llm-pretrain")
+    assert [p.name for p in pretrain.pods] == ["worker-0", "worker-1"]
+    assert pretrain.topology is not None and pretrain.topology.mode is TopologyMode.REQUIRED
+    assert any(p.shares_gpu for g in s.gangs for p in g.pods)
+    a100 = s.nodes[0]
+    assert {g.nvlink_domain for g in a100.gpus} == {"a100-0/nv0", "a100-0/nv1"}
+    assert s.nodes[3].taints[0].key == "maintenance"
+
+
+def test_every_error_is_reported_with_its_path() -> None:
+    errors = _errors({
+        "nodes": [{"name": "n", "cpu_milli": -1, "memory_mib": "lots", "lables": {}},
+                  {"name": "n", "cpu_milli": 1, "memory_mib": 1,
+                   "gpus": [{"model": "A100"}, {"index": 0}]}],
+        "gangs": [
+            {"name": "g", "tenant": "t", "pods": [{"name": "p", "gpu_count": 1,
+                                                  "gpu_milli": 1500}]},
+            {"name": "h", "tenant": "t", "pods": []},
+            {"name": "k", "tenant": "t", "topology": {"level": "rack", "mode": "sometimes"},
+             "pods": [{"name": "p", "gpu_count": 2, "gpu_milli": 500}]},
+        ],
+        "running": [{"name": "r", "node": "ghost"}],
+        "extra": 1,
+    })
+    assert errors == [
+        "extra: unknown field; known: nodes, running, tenants, gangs, policy",
+        "nodes[0].lables: unknown field (did you mean 'labels'?)",
+        "nodes[0].cpu_milli: must be >= 0, got -1",
+        "nodes[0].memory_mib: must be an integer, got str 'lots'",
+        "nodes[1].name: duplicate node name 'n'",
+        "nodes[1].gpus[1].model: is required",
+        "nodes[1].gpus: GPU indexes must be unique on a node",
+        "gangs[0].pods[0].gpu_milli: must be in (0, 1000], got 1500",
+        "gangs[1].pods: a gang needs at least one pod",
+        "gangs[2].topology.mode: must be required or preferred, got 'sometimes'",
+        "gangs[2].pods[0].gpu_milli: a pod with several GPUs takes them whole: set it to 1000",
+    ]
+
+
+def test_running_pods_must_name_a_known_node_and_gpu() -> None:
+    errors = _errors({
+        "nodes": [{"name": "n", "cpu_milli": 1, "memory_mib": 1,
+                   "gpus": {"count": 2, "model": "T4"}}],
+        "running": [{"name": "r", "node": "ghost"},
+                    {"name": "s", "node": "n", "gpus": [{"index": 5, "milli": 100}]}],
+    })
+    assert errors == ["running[0].node: unknown node 'ghost'",
+                      "running[1].gpus[0].index: node n has no GPU 5"]
+
+
+def test_unknown_tenant_and_policy_errors() -> None:
+    errors = _errors({
+        "nodes": [],
+        "tenants": [{"name": "a", "weight": 0}],
+        "gangs": [{"name": "g", "tenant": "b", "pods": [{"name": "p"}]}],
+        "policy": {"weights": {"fairness": -1}, "qos_classes": [{"name": "q", "sm": 2}]},
+    })
+    assert "tenants[0].weight: must be > 0, got 0" in errors
+    assert any(e.startswith("gangs[0].tenant: unknown tenant 'b'") for e in errors)
+    assert "policy.weights.fairness: must be in [0.0, None], got -1" in errors or any(
+        e.startswith("policy.weights.fairness") for e in errors)
+    assert any(e.startswith("policy.qos_classes[0].sm") for e in errors)
+
+
+def test_the_document_must_be_a_mapping() -> None:
+    for doc in (None, [], "text", 3):
+        (msg,) = _errors(doc)
+        assert "the snapshot must be a mapping" in msg
+
+
+@settings(max_examples=30, deadline=None)
+@given(snapshots())
+def test_snapshot_round_trips_through_plain_data(s: Snapshot) -> None:
+    data = json.loads(json.dumps(snapshot_to_dict(s)))
+    assert parse_snapshot(data) == s
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 2000) | st.floats(allow_nan=True)
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["name", "nodes", "gangs", "pods", "gpus", "cpu_milli", "memory_mib",
+                         "tenant", "gpu_count", "gpu_milli", "model", "x"]), inner, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_malformed_input_only_ever_raises_snapshot_error(data: object) -> None:
+    try:
+        parse_snapshot(data)
+    except SnapshotError as exc:
+        assert exc.errors and all(str(e) for e in exc.errors)
+
+
+def test_plan_to_dict_is_json_ready() -> None:
+    plan = Plan(
+        (GangPlacement("g", (PodPlacement("p", "n", (GpuShare(0, 250),)),)),),
+        (Deferred("h", "capacity: full"),),
+        SolveStats("cpsat", "OPTIMAL", 0.1, 10.0, 10.0, False, {"x": 1.0}),
+    )
+    d = json.loads(json.dumps(plan_to_dict(plan)))
+    assert d["admitted"][0]["pods"][0] == {"pod": "p", "node": "n",
+                                           "gpus": [{"index": 0, "milli": 250}]}
+    assert d["deferred"] == [{"gang": "h", "reason": "capacity: full"}]
+    assert d["stats"]["status"] == "OPTIMAL"
