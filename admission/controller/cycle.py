@@ -28,7 +28,7 @@ from admission.controller.inventory import Inventory
 from admission.controller.metrics import Metrics
 from admission.controller.release import Releaser, ReleaseResult
 from admission.controller.settings import Settings
-from admission.controller.snapshot import Built, GangInfo, build
+from admission.controller.snapshot import Built, GangInfo, Memo, build
 from solver.checker import check
 from solver.plan import Plan
 from solver.types import MILLI, Snapshot
@@ -74,6 +74,7 @@ class Cycle:
         self.metrics = metrics
         self.number = 0
         self._timed_out: set[str] = set()  # gangs already reported, so one event each
+        self._memo = Memo()  # translations of unchanged pods and nodes, across cycles
 
     @contextmanager
     def _phase(self, report: CycleReport, name: str) -> Iterator[None]:
@@ -93,7 +94,7 @@ class Cycle:
 
         # 0. Snapshot: a consistent copy, then the pending gangs (fast path: its classes only).
         with self._phase(report, "snapshot"):
-            built = build(self.inventory.view(), self.settings, now)
+            built = build(self.inventory.view(), self.settings, now, self._memo)
             if fast:
                 built = self._fast_only(built)
             report.gangs = _count_states(built)

@@ -53,6 +53,51 @@ class GangInfo:
         return {q for p in self.gated if (q := tr.qos_class(p))}
 
 
+class Memo:
+    """Translations of pods and nodes kept across cycles, keyed by uid and resourceVersion: an
+    object the API server has not changed is not translated again. Entries not used in a
+    cycle are dropped at its end, so the memo never outgrows the inventory."""
+
+    def __init__(self) -> None:
+        self._pods: dict[tuple[str, str], PodRequest] = {}
+        self._nodes: dict[tuple[str, str, tuple[tuple[str, str], ...]], Node] = {}
+        self._used_pods: set[tuple[str, str]] = set()
+        self._used_nodes: set[tuple[str, str, tuple[tuple[str, str], ...]]] = set()
+
+    @staticmethod
+    def _key(obj: Obj) -> tuple[str, str] | None:
+        m = tr.meta(obj)
+        uid, rv = m.get("uid"), m.get("resourceVersion")
+        return (str(uid), str(rv)) if uid and rv else None
+
+    def pod_request(self, pod: Obj) -> PodRequest:
+        key = self._key(pod)
+        if key is None:
+            return tr.pod_request(pod)
+        self._used_pods.add(key)
+        hit = self._pods.get(key)
+        if hit is None:
+            hit = self._pods[key] = tr.pod_request(pod)
+        return hit
+
+    def node(self, obj: Obj, topology_labels: Mapping[str, str]) -> Node:
+        base = self._key(obj)
+        if base is None:
+            return tr.node_from_api(obj, topology_labels)
+        key = (*base, tuple(sorted(topology_labels.items())))
+        self._used_nodes.add(key)
+        hit = self._nodes.get(key)
+        if hit is None:
+            hit = self._nodes[key] = tr.node_from_api(obj, topology_labels)
+        return hit
+
+    def sweep(self) -> None:
+        self._pods = {k: v for k, v in self._pods.items() if k in self._used_pods}
+        self._nodes = {k: v for k, v in self._nodes.items() if k in self._used_nodes}
+        self._used_pods.clear()
+        self._used_nodes.clear()
+
+
 @dataclass(slots=True)
 class Built:
     snapshot: Snapshot
@@ -64,12 +109,13 @@ class Built:
         return [g for g in self.gangs.values() if g.state == state]
 
 
-def build_nodes(view: View, settings: Settings) -> tuple[dict[str, Node], dict[str, str]]:
+def build_nodes(view: View, settings: Settings,
+                memo: Memo) -> tuple[dict[str, Node], dict[str, str]]:
     nodes: dict[str, Node] = {}
     errors: dict[str, str] = {}
     for name, obj in sorted(view.nodes.items()):
         try:
-            nodes[name] = tr.node_from_api(obj, settings.topology_labels)
+            nodes[name] = memo.node(obj, settings.topology_labels)
         except (TranslationError, ValueError) as exc:
             errors[name] = str(exc)
     return nodes, errors
@@ -110,9 +156,9 @@ def classify(info: GangInfo) -> None:
     info.state = "incomplete" if info.missing else "pending"
 
 
-def to_gang(info: GangInfo, now: datetime, settings: Settings) -> Gang:
+def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo) -> Gang:
     pods = sorted(info.gated, key=tr.pod_key)
-    requests: list[PodRequest] = [tr.pod_request(p) for p in pods]
+    requests: list[PodRequest] = [memo.pod_request(p) for p in pods]
     topo = None
     for p in pods:
         topo = topo or tr.topology_requirement(p)
@@ -156,9 +202,10 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo]) ->
     return out
 
 
-def build(view: View, settings: Settings, now: datetime) -> Built:
+def build(view: View, settings: Settings, now: datetime, memo: Memo | None = None) -> Built:
     """Nodes, gangs by state and the snapshot of the pending gangs."""
-    nodes, node_errors = build_nodes(view, settings)
+    memo = memo or Memo()
+    nodes, node_errors = build_nodes(view, settings, memo)
     gangs = group_gangs(view)
     for info in gangs.values():
         classify(info)
@@ -169,10 +216,11 @@ def build(view: View, settings: Settings, now: datetime) -> Built:
         if info.state != "pending":
             continue
         try:
-            info.gang = to_gang(info, now, settings)
+            info.gang = to_gang(info, now, settings, memo)
             solvable.append(info.gang)
         except (TranslationError, ProblemError) as exc:
             info.state, info.error = "broken", str(exc)
+    memo.sweep()
     snapshot = Snapshot(nodes=tuple(nodes.values()), gangs=tuple(solvable),
                         running=tuple(running), tenants=settings.tenants,
                         policy=settings.solver_policy)
