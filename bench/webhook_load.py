@@ -157,7 +157,8 @@ def wait_ready(port: int, ca: Path, proc: subprocess.Popen[bytes], timeout: floa
 
 def start(kind: str, port: int, certs: Path, core: str) -> subprocess.Popen[bytes]:
     if kind == "berth":
-        cmd = [sys.executable, "-m", "admission.cli", "webhook", "--policy", str(POLICY),
+        cmd = [sys.executable, "-c", "from admission.cli import main; raise SystemExit(main())",
+               "webhook", "--policy", str(POLICY),
                "--cert-dir", str(certs), "--port", str(port), "--log-level", "WARNING"]
     else:
         cmd = [sys.executable, "-c", BARE, str(port), str(certs)]

@@ -167,14 +167,14 @@ async def _check_answer(client: TestClient, body: Any) -> None:  # type: ignore[
             assert "internal error" not in message, message
 
 
-@settings(max_examples=120, deadline=None,
+@settings(max_examples=80, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=json_values)
 async def test_random_json_never_crashes(client: TestClient, body: Any) -> None:  # type: ignore[type-arg]
     await _check_answer(client, body)
 
 
-@settings(max_examples=250, deadline=None,
+@settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=mutated_reviews())
 async def test_mutated_real_reviews_never_crash(client: TestClient, body: Any) -> None:  # type: ignore[type-arg]
