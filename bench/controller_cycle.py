@@ -91,6 +91,7 @@ def make_cluster(api: MemoryApi, nodes: int, gpus: int, pods: int, seed: int) ->
     for i in range(nodes):
         n = copy.deepcopy(node_t)
         n["metadata"]["name"] = f"gpu-{i:04d}"
+        n["metadata"]["uid"] = f"uid-node-{i}"
         n["metadata"]["labels"]["kubernetes.io/hostname"] = f"gpu-{i:04d}"
         n["metadata"]["labels"]["topology.kubernetes.io/rack"] = f"rack-{i // 16}"
         n["metadata"]["labels"]["topology.kubernetes.io/block"] = f"block-{i // 128}"

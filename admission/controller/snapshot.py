@@ -59,16 +59,16 @@ class Memo:
     cycle are dropped at its end, so the memo never outgrows the inventory."""
 
     def __init__(self) -> None:
-        self._pods: dict[tuple[str, str], PodRequest] = {}
-        self._nodes: dict[tuple[str, str, tuple[tuple[str, str], ...]], Node] = {}
-        self._used_pods: set[tuple[str, str]] = set()
-        self._used_nodes: set[tuple[str, str, tuple[tuple[str, str], ...]]] = set()
+        self._pods: dict[tuple[str, str, str], PodRequest] = {}
+        self._nodes: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], Node] = {}
+        self._used_pods: set[tuple[str, str, str]] = set()
+        self._used_nodes: set[tuple[str, str, str, tuple[tuple[str, str], ...]]] = set()
 
     @staticmethod
-    def _key(obj: Obj) -> tuple[str, str] | None:
+    def _key(obj: Obj) -> tuple[str, str, str] | None:
         m = tr.meta(obj)
         uid, rv = m.get("uid"), m.get("resourceVersion")
-        return (str(uid), str(rv)) if uid and rv else None
+        return (tr.pod_key(obj), str(uid), str(rv)) if uid and rv else None
 
     def pod_request(self, pod: Obj) -> PodRequest:
         key = self._key(pod)

@@ -196,3 +196,22 @@ def test_berth_placed_pods_keep_their_shares_after_restart() -> None:
     snap = build(fresh.inventory.view(), fresh.settings, FakeClock()()).snapshot
     held = {r.name: (r.node, r.gpus) for r in snap.running}
     assert held == placed
+
+
+def test_memo_follows_changes_and_never_mixes_objects() -> None:
+    api = cluster(nodes=2)
+    a = pod("m0", gpus=1)
+    a["metadata"]["uid"] = "same-uid"
+    b = pod("m1", gpus=2)
+    b["metadata"]["uid"] = "same-uid"  # a careless copy: the name still tells them apart
+    api.add_pod(a)
+    api.add_pod(b)
+    ctl = controller(api, FakeClock())
+    first = build(ctl.inventory.view(), ctl.settings, FakeClock()(), ctl.cycle._memo)
+    assert sorted(p.gpu_count for g in first.snapshot.gangs for p in g.pods) == [1, 2]
+    # A node change (cordon) is seen by the next cycle although nothing else changed.
+    api.nodes["n0"]["spec"]["unschedulable"] = True
+    api.nodes["n0"]["metadata"]["resourceVersion"] = "99999"
+    ctl.relist()
+    again = build(ctl.inventory.view(), ctl.settings, FakeClock()(), ctl.cycle._memo)
+    assert not again.nodes["n0"].schedulable and again.nodes["n1"].schedulable
