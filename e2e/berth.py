@@ -10,7 +10,6 @@ fixture waits until a dry-run GPU pod comes back gated. Everything is undone aft
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from kubernetes import client
 from admission.devcluster import processes
 from admission.devcluster.binaries import REPO_ROOT
 from e2e.conftest import E2ECluster
-from e2e.helpers import pod_manifest
+from e2e.helpers import BERTH, pod_manifest
 from e2e.webhooks import registered, wait_until_mutating
 
 SAMPLE_POLICY = REPO_ROOT / "config" / "policy" / "sample-policy.yaml"
@@ -51,7 +50,7 @@ def policy_for(namespaces: Mapping[str, str], out: Path) -> Path:
 
 
 def _berth(*args: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "admission.cli", *args], capture_output=True,
+    done = subprocess.run([*BERTH, *args], capture_output=True,
                           text=True, timeout=60, cwd=REPO_ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"berth {' '.join(args)} failed ({done.returncode}):\n"
@@ -71,7 +70,7 @@ def berth_webhook(cluster: E2ECluster, workdir: Path,
            "--url", f"https://127.0.0.1:{port}/mutate-pods", "--policy", str(policy))
     proc, record = processes.start(
         "berth-webhook",
-        [sys.executable, "-m", "admission.cli", "webhook", "--policy", str(policy),
+        [*BERTH, "webhook", "--policy", str(policy),
          "--cert-dir", str(certs), "--port", str(port)],
         workdir)
     try:
