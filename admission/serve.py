@@ -66,9 +66,10 @@ class PolicySettings:
 
 async def run_serve(cfg: ServeConfig) -> None:
     api = KubeApi(load_client(cfg.kubeconfig))  # fails fast, before anything listens
-    if cfg.self_signed_secret:
+    if cfg.self_signed_secret is not None:
+        secret = cfg.self_signed_secret
         await asyncio.get_running_loop().run_in_executor(None, lambda: selfsigned.ensure(
-            api, namespace=cfg.namespace, secret=cfg.self_signed_secret,
+            api, namespace=cfg.namespace, secret=secret,
             service=cfg.webhook_service, webhook_config=cfg.webhook_config,
             cert_dir=cfg.cert_dir))
     registry = WebhookMetrics()

@@ -24,7 +24,7 @@ GROUP, VERSION, PLURAL = "scheduling.volcano.sh", "v1beta1", "podgroups"
 def group_name(gang: GangInfo) -> str:
     """An explicit Volcano group wins; otherwise the gang's label value (a valid name)."""
     for p in gang.pods:
-        explicit = tr.annotations(p).get(c.VOLCANO_GROUP_ANNOTATION)
+        explicit = tr.annotations_of(p).get(c.VOLCANO_GROUP_ANNOTATION)
         if explicit:
             return explicit
     for p in gang.pods:

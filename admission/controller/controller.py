@@ -80,7 +80,7 @@ class Controller:
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ inventory feed
-    def _record(self, obj: Json) -> None:
+    def _record(self, obj: tr.Obj) -> None:
         self.inventory.apply_pod("MODIFIED", obj)
 
     def on_pod_event(self, event: str, pod: Json) -> None:

@@ -97,7 +97,8 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
 def _condition(pod: Obj) -> Obj | None:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == keys.CONDITION_WAITING:
-            return cond
+            found: Obj = cond
+            return found
     return None
 
 

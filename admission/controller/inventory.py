@@ -11,7 +11,7 @@ and not yet bound) or waits behind Berth's gate. Finished and deleted pods are d
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +71,7 @@ class Inventory:
             self._version += 1
             return True
 
-    def replace_pods(self, pods: list[Obj]) -> None:
+    def replace_pods(self, pods: Sequence[Obj]) -> None:
         """A full relist (start-up, resync, or a watch that expired)."""
         fresh = {pod_key(p): slim(p) for p in pods if self.pod_matters(p)}
         with self._lock:
@@ -93,7 +93,7 @@ class Inventory:
             self._version += 1
             return True
 
-    def replace_nodes(self, nodes: list[Obj]) -> None:
+    def replace_nodes(self, nodes: Sequence[Obj]) -> None:
         fresh = {meta(n).get("name", ""): n for n in nodes}
         with self._lock:
             self._nodes = fresh

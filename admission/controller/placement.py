@@ -26,7 +26,7 @@ from typing import Any
 
 from admission import constants as c
 from admission.controller import keys
-from admission.controller.translate import Obj, annotations, labels, meta, spec
+from admission.controller.translate import Obj, annotations_of, labels, meta, spec
 
 Op = dict[str, Any]
 
@@ -51,7 +51,7 @@ def placement_ops(pod: Obj, *, annotations_: Mapping[str, str],
                   labels_: Mapping[str, str]) -> list[Op]:
     """Set ``annotations_`` and ``labels_`` on the pod; ``[]`` when all are already set."""
     m = meta(pod)
-    ops = _map_ops("annotations", annotations(pod), annotations_, m)
+    ops = _map_ops("annotations", annotations_of(pod), annotations_, m)
     ops += _map_ops("labels", labels(pod), labels_, m)
     if ops:
         ops.insert(0, {"op": "test", "path": "/metadata/uid", "value": m.get("uid")})
@@ -174,7 +174,7 @@ def tightening_errors(old: Obj, new: Obj) -> list[str]:
 def apply_ops(obj: Obj, ops: list[Op]) -> dict[str, Any]:
     """Apply a JSON patch to a copy of ``obj`` (add, remove, replace, test): what the API
     server will store, used to check a patch before it is sent."""
-    doc: Any = copy.deepcopy(dict(obj))
+    doc: dict[str, Any] = copy.deepcopy(dict(obj))
     for op in ops:
         parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
         parent: Any = doc

@@ -92,7 +92,7 @@ class Releaser:
 
         def make(current: Obj) -> list[pl.Op]:
             want = tr.assignment_annotations(node, shares, plan, rfc3339(self.clock()))
-            ann = tr.annotations(current)
+            ann = tr.annotations_of(current)
             if all(ann.get(k) == v for k, v in want.items() if k != c.ANNOTATION_ASSIGNED_AT):
                 want.pop(c.ANNOTATION_ASSIGNED_AT)  # same plan already written: keep its time
             return pl.placement_ops(current, annotations_={**extra, **want}, labels_=labels)
@@ -118,12 +118,12 @@ class Releaser:
                 log.warning("pod %s: %s", tr.pod_key(pod), problem)
         written: list[tuple[Obj, str]] = []
         for pp in placement.pods:
-            pod = pods.get(pp.pod)
-            if pod is None:
+            target = pods.get(pp.pod)
+            if target is None:
                 result.error = f"plan names pod {pp.pod} the gang does not hold"
                 return result
             try:
-                new, changed = self.write_placement(pod, pp.node, pp.gpus, plan, info)
+                new, changed = self.write_placement(target, pp.node, pp.gpus, plan, info)
             except ApiError as exc:
                 result.error = f"writing placement on {pp.pod}: {exc}"
                 return result  # no gate touched: the gang stays pending
@@ -147,7 +147,7 @@ class Releaser:
         return self._open_all(result, todo)
 
     def _open_all(self, result: ReleaseResult, todo: list[tuple[Obj, str]]) -> ReleaseResult:
-        released = []
+        released: list[Obj] = []
         for pod, node in todo:
             try:
                 new, changed = self.open_gate(pod, node)

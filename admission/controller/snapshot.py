@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from admission import constants as c
 from admission.controller import translate as tr
 from admission.controller.inventory import View
 from admission.controller.settings import Settings
@@ -125,7 +126,7 @@ def group_gangs(view: View) -> dict[str, GangInfo]:
     gangs: dict[str, GangInfo] = {}
     for pod in view.pods.values():
         gated = tr.has_berth_gate(pod)
-        if not gated and not tr.annotations(pod).get(tr.c.ANNOTATION_ASSIGNED_NODE):
+        if not gated and not tr.annotations_of(pod).get(c.ANNOTATION_ASSIGNED_NODE):
             continue  # not Berth's
         key = tr.gang_name(pod)
         info = gangs.get(key)

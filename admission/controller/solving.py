@@ -27,7 +27,8 @@ def solve_snapshot(snapshot: Snapshot, solver: str, time_limit: float, seed: int
     """Runs in the worker process."""
     from solver.api import solve
 
-    return solve(snapshot, solver=solver, time_limit=time_limit, seed=seed)
+    return solve(snapshot, solver=solver, time_limit=time_limit,  # type: ignore[arg-type]
+                 seed=seed)
 
 
 def nothing_admitted(snapshot: Snapshot, solver: str, why: str, seconds: float) -> Plan:

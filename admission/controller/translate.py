@@ -54,7 +54,7 @@ def labels(obj: Obj) -> Mapping[str, str]:
     return meta(obj).get("labels") or {}
 
 
-def annotations(obj: Obj) -> Mapping[str, str]:
+def annotations_of(obj: Obj) -> Mapping[str, str]:
     return meta(obj).get("annotations") or {}
 
 
@@ -85,7 +85,7 @@ def created_at(obj: Obj) -> datetime | None:
 
 
 def _int_annotation(pod: Obj, key: str, default: int) -> int:
-    raw = annotations(pod).get(key)
+    raw = annotations_of(pod).get(key)
     if raw is None or raw == "":
         return default
     try:
@@ -154,7 +154,7 @@ def pod_gpu_resource(pod: Obj) -> int:
 def pod_gpu_demand(pod: Obj) -> tuple[int, int, int]:
     """(gpu_count, milli per GPU, GPU memory MiB): the webhook's normalised annotations when
     present, else whole GPUs from the resources."""
-    ann = annotations(pod)
+    ann = annotations_of(pod)
     if c.ANNOTATION_GPU_COUNT in ann or c.ANNOTATION_GPU_MILLI in ann:
         count = _int_annotation(pod, c.ANNOTATION_GPU_COUNT, 1)
         per = _int_annotation(pod, c.ANNOTATION_GPU_MILLI, MILLI) if count else 0
@@ -195,12 +195,12 @@ def required_affinity(pod: Obj) -> tuple[tuple[NodeSelectorRequirement, ...], ..
 
 
 def pod_models(pod: Obj) -> frozenset[str]:
-    raw = annotations(pod).get(c.ANNOTATION_ALLOWED_MODELS, "")
+    raw = annotations_of(pod).get(c.ANNOTATION_ALLOWED_MODELS, "")
     return frozenset(m.strip() for m in raw.split(",") if m.strip())
 
 
 def qos_class(pod: Obj) -> str | None:
-    return labels(pod).get(c.LABEL_QOS_CLASS) or annotations(pod).get(c.ANNOTATION_QOS_CLASS)
+    return labels(pod).get(c.LABEL_QOS_CLASS) or annotations_of(pod).get(c.ANNOTATION_QOS_CLASS)
 
 
 def pod_request(pod: Obj) -> PodRequest:
@@ -219,7 +219,7 @@ def pod_request(pod: Obj) -> PodRequest:
 
 
 def topology_requirement(pod: Obj) -> TopologyRequirement | None:
-    raw = annotations(pod).get(c.ANNOTATION_TOPOLOGY, "").strip()
+    raw = annotations_of(pod).get(c.ANNOTATION_TOPOLOGY, "").strip()
     if not raw:
         return None
     mode, _, level = raw.rpartition(":")
@@ -233,25 +233,25 @@ def topology_requirement(pod: Obj) -> TopologyRequirement | None:
 
 
 def priority(pod: Obj) -> int:
-    if c.ANNOTATION_PRIORITY in annotations(pod):
+    if c.ANNOTATION_PRIORITY in annotations_of(pod):
         return _int_annotation(pod, c.ANNOTATION_PRIORITY, 0)
     return int(spec(pod).get("priority") or 0)
 
 
 def tenant(pod: Obj) -> str:
-    return labels(pod).get(c.LABEL_TENANT) or annotations(pod).get(c.ANNOTATION_TENANT) or (
+    return labels(pod).get(c.LABEL_TENANT) or annotations_of(pod).get(c.ANNOTATION_TENANT) or (
         meta(pod).get("namespace") or "default")
 
 
 def gang_name(pod: Obj) -> str:
     """``namespace/gang``; a pod without a gang is a gang of one named after itself."""
     ns = meta(pod).get("namespace") or "default"
-    name = annotations(pod).get(c.ANNOTATION_GANG_NAME) or labels(pod).get(c.LABEL_GANG)
+    name = annotations_of(pod).get(c.ANNOTATION_GANG_NAME) or labels(pod).get(c.LABEL_GANG)
     return f"{ns}/{name}" if name else pod_key(pod)
 
 
 def gang_size(pod: Obj) -> int:
-    if not (annotations(pod).get(c.ANNOTATION_GANG_NAME) or labels(pod).get(c.LABEL_GANG)):
+    if not (annotations_of(pod).get(c.ANNOTATION_GANG_NAME) or labels(pod).get(c.LABEL_GANG)):
         return 1
     size = _int_annotation(pod, c.ANNOTATION_GANG_SIZE, 1)
     if size < 1:
@@ -266,7 +266,7 @@ def gang_size(pod: Obj) -> int:
 
 def assigned_shares(pod: Obj) -> tuple[str, tuple[GpuShare, ...]] | None:
     """(node, GPU shares) from Berth's assignment annotations, or None when absent or broken."""
-    ann = annotations(pod)
+    ann = annotations_of(pod)
     node = ann.get(c.ANNOTATION_ASSIGNED_NODE)
     if not node:
         return None
@@ -294,7 +294,7 @@ def assignment_annotations(node: str, shares: tuple[GpuShare, ...], plan_id: str
 
 
 def plan_id(pod: Obj) -> str | None:
-    return annotations(pod).get(c.ANNOTATION_PLAN) or None
+    return annotations_of(pod).get(c.ANNOTATION_PLAN) or None
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def plan_id(pod: Obj) -> str | None:
 def node_ready(node: Obj) -> bool:
     for cond in (node.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+            return bool(cond.get("status") == "True")
     return False
 
 
@@ -314,7 +314,7 @@ def node_gpus(node: Obj) -> tuple[GPU, ...]:
     MIG, lost GPUs left out), else from the allocatable ``nvidia.com/gpu`` count and the GPU
     Feature Discovery labels (model, memory per GPU)."""
     name = meta(node).get("name", "")
-    described = annotations(node).get(agent_schema.ANNOTATION_GPUS)
+    described = annotations_of(node).get(agent_schema.ANNOTATION_GPUS)
     if described:
         try:
             return agent_schema.gpus_from_annotation(name, described)

@@ -13,7 +13,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from admission.controller.api import ApiError, Gone, Json
 
@@ -25,7 +25,8 @@ Watcher = Callable[[str, int], Iterator[tuple[str, Json]]]
 
 class WatchLoop:
     def __init__(self, *, kind: str, lister: Lister, watcher: Watcher,
-                 replace: Callable[[list[Json]], None], apply: Callable[[str, Json], object],
+                 replace: Callable[[Sequence[Json]], None],
+                 apply: Callable[[str, Json], object],
                  resync_seconds: int = 300, max_backoff: float = 30.0) -> None:
         self.kind = kind
         self.lister = lister
