@@ -66,7 +66,7 @@ def test_volcano_pod_group_from_annotation() -> None:
     _, pod = decide(fixture("volcano-pod.json"))
     ann = pod["metadata"]["annotations"]
     assert ann[c.ANNOTATION_GANG_SOURCE] == "volcano"
-    assert ann[c.ANNOTATION_GANG_NAME].startswith("mpi-job-")
+    assert ann[c.ANNOTATION_GANG_NAME] == "mpi-job"
     assert pod["spec"]["schedulerName"] == "volcano"
 
 
@@ -81,8 +81,9 @@ def test_kai_fraction_becomes_time_slicing_slots() -> None:
 
 
 def test_non_gpu_pod_and_unmanaged_namespace_pass_untouched() -> None:
-    decision, _ = decide(fixture("non-gpu-pod.json"))
-    assert decision.response == {"uid": "1b2c3d4e-5f6a-4b7c-8d9e-0f1a2b3c4d5e", "allowed": True}
+    payload = fixture("non-gpu-pod.json")
+    decision, _ = decide(payload)
+    assert decision.response == {"uid": payload["request"]["uid"], "allowed": True}
     payload = fixture("job-pod.json")
     payload["request"]["namespace"] = "kube-system"
     payload["request"]["object"]["metadata"]["namespace"] = "kube-system"
