@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ortools.sat.python import cp_model
+from ortools.sat.python import cp_model, cp_model_helper
 
 from solver.baselines import ClusterArrays
 from solver.cpsat import (
@@ -101,6 +101,36 @@ def _hint(inst: Instance, v: Vars, model: cp_model.CpModel, hint: Plan) -> None:
         model.add_hint(u, ukey in chosen_gpus)
 
 
+def _light_presolve(params: cp_model_helper.SatParameters) -> None:
+    """Presolve lightly: on these models full probing and symmetry detection take most of a
+    sub-second budget and buy little (the model is already small and the hint is good)."""
+    params.cp_model_probing_level = 0
+    params.max_presolve_iterations = 1
+    params.symmetry_level = 0
+
+
+def _complete_hint(model: cp_model.CpModel, v: Vars, time_limit: float) -> bool:
+    """Turn the placement hint into a hint for every variable (aggregates, quota and fairness
+    terms included) by solving the model with the placements fixed. A complete hint lets
+    CP-SAT start from the greedy plan at once. False: the hint does not fit the model."""
+    hinted = dict(zip(model.proto.solution_hint.vars, model.proto.solution_hint.values,
+                      strict=True))
+    fixed = model.clone()
+    for x in [*v.admit, *v.place.values(), *v.use.values()]:
+        if x.index in hinted:
+            fixed.add(fixed.get_bool_var_from_proto_index(x.index) == hinted[x.index])
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.num_workers = 1
+    _light_presolve(solver.parameters)
+    if solver.solve(fixed) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return False
+    model.clear_hints()  # type: ignore[no-untyped-call]
+    for i, value in enumerate(solver.response_proto.solution):
+        model.add_hint(model.get_int_var_from_proto_index(i), value)
+    return True
+
+
 def solve_window(
     snapshot: Snapshot,
     *,
@@ -110,8 +140,14 @@ def solve_window(
     workers: int = 1,
     arrays: ClusterArrays | None = None,
     log: Callable[[str], None] | None = None,
+    complete_hints: bool = False,
 ) -> CpsatResult:
-    """Build and solve the batch model for one snapshot (or one partition of it)."""
+    """Build and solve the batch model for one snapshot (or one partition of it).
+
+    ``complete_hints``: extend the placement hint to every variable first (one extra solve
+    with the placements fixed). CP-SAT then starts from the hint at once, but the extra solve
+    costs about as much as a presolve, so it is off by default.
+    """
     t0 = time.perf_counter()
     inst = make_instance(snapshot, hint=hint, arrays=arrays)
     model = cp_model.CpModel()
@@ -120,8 +156,11 @@ def solve_window(
     for _name, build in CONCERNS:
         terms.extend(build(inst, model, v))
     model.maximize(sum(expr for _n, expr in terms))
+    hint_complete = False
     if hint is not None:
         _hint(inst, v, model, hint)
+        hint_complete = complete_hints and _complete_hint(
+            model, v, max(0.01, (time_limit - (time.perf_counter() - t0)) / 4))
     build_seconds = time.perf_counter() - t0
 
     solver = cp_model.CpSolver()
@@ -137,13 +176,15 @@ def solve_window(
     # Stop within 0.1% of the bound: proving the last fraction (often symmetric choices among
     # idle GPUs) costs far more than it is worth inside a batch window.
     params.relative_gap_limit = RELATIVE_GAP
+    _light_presolve(params)
     if log is not None:
         params.log_search_progress = True
         params.log_to_stdout = False
         solver.log_callback = log
     code = solver.solve(model)
     status = _STATUS.get(code, str(code))
-    size = {"pods": float(len(inst.pods)), "place_vars": float(len(v.place)),
+    size = {"hint_complete": float(hint_complete),
+            "pods": float(len(inst.pods)), "place_vars": float(len(v.place)),
             "use_vars": float(len(v.use)), "nodes_offered": float(len(v.on_node))}
     solve_seconds = solver.wall_time
     if code != cp_model.OPTIMAL and solve_seconds >= 0.95 * budget:
@@ -163,3 +204,32 @@ def solve_window(
         size,
         inst.arrays,
     )
+
+
+def score_plan(snapshot: Snapshot, plan: Plan, *, time_limit: float = 30.0) -> CpsatResult:
+    """The batch model's objective for a given plan (its placements fixed), so plans from
+    different solvers or from a partitioned solve are compared on the same scale."""
+    t0 = time.perf_counter()
+    inst = make_instance(snapshot, hint=plan)
+    model = cp_model.CpModel()
+    v = make_vars(inst, model)
+    terms: list[Term] = []
+    for _name, build in CONCERNS:
+        terms.extend(build(inst, model, v))
+    model.maximize(sum(expr for _n, expr in terms))
+    _hint(inst, v, model, plan)
+    proto_hint = dict(zip(model.proto.solution_hint.vars, model.proto.solution_hint.values,
+                          strict=True))
+    for x in [*v.admit, *v.place.values(), *v.use.values()]:
+        model.add(x == proto_hint[x.index])
+    build_seconds = time.perf_counter() - t0
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.num_workers = 1
+    code = solver.solve(model)
+    status = _STATUS.get(code, str(code))
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return CpsatResult(status, None, None, None, build_seconds, solver.wall_time)
+    return CpsatResult(status, list(plan.admitted), solver.objective_value / SCALE,
+                       solver.best_objective_bound / SCALE, build_seconds, solver.wall_time,
+                       {name: solver.value(expr) / SCALE for name, expr in terms})
