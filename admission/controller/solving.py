@@ -75,4 +75,4 @@ class WorkerSolver:
         if kill and isinstance(pool, ProcessPoolExecutor):
             for proc in list(getattr(pool, "_processes", {}).values()):
                 proc.kill()  # only this pool's own children
-        pool.shutdown(wait=not kill, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)  # killed workers end at once
