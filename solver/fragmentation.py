@@ -146,6 +146,13 @@ class FragTable:
                                                                         cpu_free)
         return out
 
+    def fit_weights(self, model: IntArray, cpu_free: IntArray) -> FloatArray:
+        """``(rows, Q)``: per node, the popularity of the typical pods of each GPU profile whose
+        CPU and model fit (GPU fit aside)."""
+        j = np.searchsorted(self.cpu_steps, cpu_free, side="right")
+        out: FloatArray = self.weights[:, model, j].T
+        return out
+
     def usable_mass(
         self, cnt: IntArray, usable: IntArray, model: IntArray, cpu_free: IntArray
     ) -> FloatArray:

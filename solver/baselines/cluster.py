@@ -96,6 +96,12 @@ class ClusterArrays:
         self.max_gpu = max(MILLI, int(self.gpu_count.max(initial=0)) * MILLI)
         self._eligible: dict[Hashable, BoolArray] = {}
         self._model_ok: dict[frozenset[str], BoolArray] = {}
+        # state_id[n]: nodes with equal ids have equal free capacity, models and GPU memory,
+        # so a policy may score one of them for all (ids are never reused)
+        self.state_id: IntArray = np.zeros(n, dtype=np.int64)
+        self._state_ids: dict[bytes, int] = {}
+        for i in range(n):
+            self._refresh_state(i)
         self.frag: FragTable | None = None
         self._cnt: IntArray | None = None
         self._usable: IntArray | None = None
@@ -205,8 +211,15 @@ class ClusterArrays:
             self.gmem[row, s] -= gpu_memory_demand(pod, gpu, pod.gpu_milli)
             self.classes.setdefault((row, s), []).append(pod.qos_class)
             self._track_class(row, s)
+        self._refresh_state(row)
         self._refresh_frag(row)
         return saved
+
+    def _refresh_state(self, row: int) -> None:
+        key = np.concatenate([self.cpu[row : row + 1], self.mem[row : row + 1],
+                              self.node_model[row : row + 1], self.gfree[row], self.gmem[row],
+                              self.gmodel[row]]).tobytes()
+        self.state_id[row] = self._state_ids.setdefault(key, len(self._state_ids))
 
     def undo(self, saved: Saved) -> None:
         row = saved.node
@@ -218,6 +231,7 @@ class ClusterArrays:
             else:
                 self.classes.pop((row, s), None)
             self._track_class(row, s)
+        self._refresh_state(row)
         self._refresh_frag(row)
 
     # ----------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
 from solver.baselines.cluster import BoolArray, ClusterArrays, FloatArray
 from solver.types import MILLI, PodRequest
@@ -72,41 +73,73 @@ def best_fit(state: ClusterArrays, pod: PodRequest, nodes: BoolArray,
 def fgd(state: ClusterArrays, pod: PodRequest, nodes: BoolArray,
         slots: BoolArray | None, rng: np.random.Generator) -> Choice | None:
     """Fragmentation gradient descent: the node and GPU whose use increases the node's expected
-    fragmentation against the target workload the least (:mod:`solver.fragmentation`)."""
+    fragmentation against the target workload the least (:mod:`solver.fragmentation`).
+
+    The paper leaves ties open, and they are common (a whole-GPU pod on any node with whole
+    GPUs to spare changes nothing for the typical pods). They go to the node with the least
+    free GPU, then the lowest row: packing keeps empty nodes for pods that need many GPUs.
+    """
     rows = np.flatnonzero(nodes)
     if rows.size == 0:
         return None
+    # Nodes in the same state score the same: evaluate each distinct state once.
+    ok = slots[rows] if slots is not None else np.zeros((rows.size, 0), dtype=np.bool_)
+    bits = (ok.astype(np.int64) << np.arange(ok.shape[1], dtype=np.int64)).sum(axis=1)
+    key = state.state_id[rows] * (1 << ok.shape[1]) + bits
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    urows = rows[first]
+    if slots is None or not pod.shares_gpu:
+        delta_u = _fgd_whole(state, pod, urows)
+        gpu_u = None
+    else:
+        delta_u, gpu_u = _fgd_share(state, pod, urows, ok[first])
+    delta = np.round(delta_u[inverse], 6)
+    best = np.flatnonzero(delta == delta.min())
+    if best.size > 1:
+        left = np.maximum(state.gfree[rows[best]], 0).sum(axis=1)
+        best = best[left == left.min()]
+    i = int(best[0])
+    row = int(rows[i])
+    if slots is None:
+        return row, []
+    if gpu_u is None:
+        return row, _lowest_slots(slots, row, pod.gpu_count)
+    return row, [int(gpu_u[inverse[i]])]
+
+
+def _fgd_whole(state: ClusterArrays, pod: PodRequest, rows: npt.NDArray[np.int64]) -> FloatArray:
+    """Fragmentation increase of a CPU-only or whole-GPU pod on each of ``rows``: its
+    ``gpu_count`` GPUs go from whole to empty (which of them does not matter)."""
     table = state.fragmentation()
     cnt, usable, total, now = state.frag_stats()
-    model = state.node_model[rows]
-    cpu_after = state.cpu[rows] - pod.cpu_milli
+    d, k = table.d, pod.gpu_count
+    d_cnt = k * ((d <= 0).astype(np.int64) - (d <= MILLI).astype(np.int64))
+    d_use = -MILLI * k * (d <= MILLI).astype(np.int64)
+    w = table.fit_weights(state.node_model[rows], state.cpu[rows] - pod.cpu_milli)
+    after = table.total_weight * (total[rows] - MILLI * k) - (
+        ((cnt[rows] + d_cnt) >= table.k) * (usable[rows] + d_use) * w).sum(axis=1)
+    out: FloatArray = after - now[rows]
+    return out
+
+
+def _fgd_share(state: ClusterArrays, pod: PodRequest, rows: npt.NDArray[np.int64],
+               ok: BoolArray) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+    """Best fragmentation increase of a GPU-share pod on each of ``rows`` and the GPU slot that
+    achieves it: the slot's free ``a`` becomes ``a - gpu_milli``."""
+    table = state.fragmentation()
+    cnt, usable, total, now = state.frag_stats()
     d = table.d
-    if slots is None or not pod.shares_gpu:
-        k = pod.gpu_count
-        # k whole GPUs go from MILLI to 0 (nothing changes on the GPUs of a CPU-only pod)
-        d_cnt = k * ((d <= 0).astype(np.int64) - (d <= MILLI).astype(np.int64))
-        d_use = -MILLI * k * (d <= MILLI).astype(np.int64)
-        after = table.expected(cnt[rows] + d_cnt, usable[rows] + d_use,
-                               total[rows] - MILLI * k, model, cpu_after)
-        delta: FloatArray = after - now[rows]
-        row = int(rows[int(np.argmin(delta))])
-        return row, ([] if slots is None else _lowest_slots(slots, row, k))
-    # A GPU share: one candidate per (node, GPU slot); the slot's free a becomes a - milli.
-    ok = slots[rows]
-    a = state.gfree[rows]
+    a = state.gfree[rows][..., None]
     b = a - pod.gpu_milli
-    a3, b3 = a[..., None], b[..., None]
-    cnt2 = cnt[rows][:, None, :] + (b3 >= d).astype(np.int64) - (a3 >= d).astype(np.int64)
-    use2 = usable[rows][:, None, :] + b3 * (b3 >= d) - a3 * (a3 >= d)
-    tot2 = (total[rows] - pod.gpu_milli)[:, None]
-    shape = a.shape
-    after2 = table.expected(cnt2, use2, np.broadcast_to(tot2, shape),
-                            np.broadcast_to(model[:, None], shape),
-                            np.broadcast_to(cpu_after[:, None], shape))
-    delta2 = np.where(ok, after2 - now[rows][:, None], np.inf)
-    flat = int(np.argmin(delta2))
-    r, s = divmod(flat, shape[1])
-    return int(rows[r]), [s]
+    cnt2 = cnt[rows][:, None, :] + (b >= d).astype(np.int64) - (a >= d).astype(np.int64)
+    use2 = usable[rows][:, None, :] + b * (b >= d) - a * (a >= d)
+    w = table.fit_weights(state.node_model[rows], state.cpu[rows] - pod.cpu_milli)[:, None, :]
+    after = table.total_weight * (total[rows] - pod.gpu_milli)[:, None] - (
+        (cnt2 >= table.k) * use2 * w).sum(axis=2)
+    delta = np.where(ok, after - now[rows][:, None], np.inf)
+    slot = np.argmin(delta, axis=1)
+    best: FloatArray = delta[np.arange(rows.size), slot]
+    return best, slot
 
 
 POLICIES: dict[str, Policy] = {
