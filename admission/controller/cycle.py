@@ -218,14 +218,23 @@ class Cycle:
         admitted = plan.admitted_names
         gangs: dict[tuple[str, str], int] = defaultdict(int)
         milli: dict[str, int] = defaultdict(int)
+        oldest: dict[str, float] = defaultdict(float)
         for info in built.gangs.values():
             if info.key in admitted:
                 continue
             gangs[(info.tenant, info.state)] += 1
             if info.gang is not None:
                 milli[info.tenant] += info.gang.gpu_demand_milli
+                oldest[info.tenant] = max(oldest[info.tenant], info.gang.wait_seconds)
         self.metrics.pending_gangs.clear()
         self.metrics.pending_gpus.clear()
+        self.metrics.oldest_wait.clear()
+        for tenant, wait in oldest.items():
+            self.metrics.oldest_wait.labels(tenant).set(wait)
+        if oldest:
+            log.info("requeued: %s", ", ".join(
+                f"{t} {sum(n for (tt, _), n in gangs.items() if tt == t)} gangs "
+                f"(longest wait {w:.0f}s)" for t, w in sorted(oldest.items())))
         for (tenant, state), n in gangs.items():
             self.metrics.pending_gangs.labels(tenant, state).set(n)
         for tenant, m in milli.items():

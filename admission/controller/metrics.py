@@ -18,6 +18,9 @@ class Metrics:
                                    ["tenant", "state"], registry=r)
         self.pending_gpus = Gauge("berth_pending_gpus", "GPUs the waiting complete gangs ask for",
                                   ["tenant"], registry=r)
+        self.oldest_wait = Gauge("berth_oldest_wait_seconds",
+                                 "How long the longest-waiting complete gang has waited",
+                                 ["tenant"], registry=r)
         self.cycles = Counter("berth_cycles", "Batch cycles run", registry=r)
         self.phase_seconds = Histogram("berth_cycle_phase_seconds", "Time per cycle phase",
                                        ["phase"], buckets=PHASE_BUCKETS, registry=r)
