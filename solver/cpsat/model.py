@@ -163,9 +163,13 @@ def solve_window(
             model, v, max(0.01, (time_limit - (time.perf_counter() - t0)) / 4))
     build_seconds = time.perf_counter() - t0
 
+    if time_limit - build_seconds < 0.005:
+        # building used the budget: report no solution, the caller keeps the greedy plan
+        return CpsatResult("NOT_STARTED", None, None, None, build_seconds, 0.0,
+                           size={"wall_capped": 1.0}, arrays=inst.arrays)
     solver = cp_model.CpSolver()
     params = solver.parameters
-    budget = max(0.01, time_limit - build_seconds)
+    budget = time_limit - build_seconds
     params.max_time_in_seconds = budget
     # Determinism: a deterministic-time budget, and with several workers the interleaved
     # (deterministic) parallel mode; only the wall-clock guard above can make reruns differ.

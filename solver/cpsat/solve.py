@@ -21,6 +21,8 @@ from solver.plan import Plan, SolveStats
 from solver.types import Snapshot
 
 GREEDY_HINT = "bestfit"
+# Least time worth building and solving the model for; below it the greedy plan stands.
+MIN_MODEL_SECONDS = 0.05
 
 
 def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan) -> tuple[Plan, str]:
@@ -41,7 +43,13 @@ def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: in
     t0 = time.perf_counter()
     hint = place(snapshot, GREEDY_HINT, seed=seed)
     greedy_s = time.perf_counter() - t0
-    result = solve_window(snapshot, hint=hint, time_limit=max(0.05, time_limit - greedy_s),
+    if time_limit - greedy_s < MIN_MODEL_SECONDS:
+        # the greedy plan alone used the budget: stay on time with it
+        stats = SolveStats(solver="cpsat", status="NOT_STARTED",
+                           wall_seconds=time.perf_counter() - t0, fallback=True,
+                           detail={"greedy_seconds": greedy_s, "fallback_no_time": 1.0})
+        return Plan(hint.admitted, deferrals(snapshot, hint), stats)
+    result = solve_window(snapshot, hint=hint, time_limit=time_limit - greedy_s,
                           seed=seed, workers=workers)
     plan, why = choose(snapshot, result, hint)
     detail = {
