@@ -63,10 +63,11 @@ class Controller:
         self.releaser = Releaser(api=api, backend=self.backend, record=self._record,
                                  clock=clock, queues=settings.queues)
         self.explainer = Explainer(api=api, clock=clock, record=self._record, identity=identity)
+        self.leader_required = False  # set by start(): only a running replica needs the Lease
         self.cycle = Cycle(inventory=self.inventory, settings=settings, releaser=self.releaser,
                            explainer=self.explainer, solve=solve,
                            fast_solve=fast_solve or greedy_solver(), clock=clock,
-                           metrics=self.metrics)
+                           metrics=self.metrics, still_leader=self._may_write)
         self.elector = LeaseElector(api=api, namespace=namespace, name=lease_name,
                                     identity=identity, clock=clock,
                                     on_change=lambda lead: self.metrics.leader.set(int(lead)))
@@ -111,7 +112,11 @@ class Controller:
     def run_cycle(self, *, fast: bool = False) -> CycleReport:
         return self.cycle.run(fast=fast)
 
+    def _may_write(self) -> bool:
+        return not self.leader_required or self.elector.is_leader
+
     def start(self) -> None:
+        self.leader_required = True
         targets: list[tuple[str, Callable[[threading.Event], None]]] = [
             ("berth-watch-pods", self.pod_watch.run),
             ("berth-watch-nodes", self.node_watch.run),

@@ -63,7 +63,8 @@ class CycleReport:
 class Cycle:
     def __init__(self, *, inventory: Inventory, settings: Settings, releaser: Releaser,
                  explainer: Explainer, solve: Solve, fast_solve: Solve | None = None,
-                 clock: Callable[[], datetime], metrics: Metrics) -> None:
+                 clock: Callable[[], datetime], metrics: Metrics,
+                 still_leader: Callable[[], bool] = lambda: True) -> None:
         self.inventory = inventory
         self.settings = settings
         self.releaser = releaser
@@ -72,6 +73,9 @@ class Cycle:
         self.fast_solve = fast_solve or solve
         self.clock = clock
         self.metrics = metrics
+        # Asked before every gang's writes: a replica that lost the Lease mid-cycle (a long
+        # solve, a partition) stops writing before the new leader could plan the same GPUs.
+        self.still_leader = still_leader
         self.number = 0
         self._timed_out: set[str] = set()  # gangs already reported, so one event each
         self._memo = Memo()  # translations of unchanged pods and nodes, across cycles
@@ -102,6 +106,8 @@ class Cycle:
         # 1. Finish releases that were under way.
         with self._phase(report, "finish"):
             for info in built.by_state("finishing"):
+                if not self.still_leader():
+                    break
                 result = self.releaser.finish(info)
                 report.finished.append(result)
                 self._account(result, info, report.path)
@@ -134,6 +140,9 @@ class Cycle:
         with self._phase(report, "release"):
             plan_id = f"{now.strftime('%Y%m%dT%H%M%S')}-{report.path}-{self.number}"
             for gp in plan.admitted:
+                if not self.still_leader():
+                    log.warning("cycle %d: lost the lease; releasing nothing more", self.number)
+                    break
                 info = built.gangs[gp.gang]
                 result = self.releaser.release(info, gp, plan_id)
                 report.released.append(result)

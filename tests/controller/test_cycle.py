@@ -215,3 +215,15 @@ def test_memo_follows_changes_and_never_mixes_objects() -> None:
     ctl.relist()
     again = build(ctl.inventory.view(), ctl.settings, FakeClock()(), ctl.cycle._memo)
     assert not again.nodes["n0"].schedulable and again.nodes["n1"].schedulable
+
+
+def test_a_replica_that_loses_the_lease_mid_cycle_stops_writing() -> None:
+    api = cluster(nodes=2)
+    for i in range(4):
+        api.add_pod(pod(f"j{i}", gang=f"job{i}", gpus=2))
+    ctl = controller(api, FakeClock())
+    leading = iter([True, False])  # the lease is lost after the first gang
+    ctl.cycle.still_leader = lambda: next(leading, False)
+    report = ctl.run_cycle()
+    assert report.admitted == 4 and len(report.released) == 1
+    assert sum(gates(api, f"team-a/j{i}") == [] for i in range(4)) == 1
