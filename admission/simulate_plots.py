@@ -107,8 +107,9 @@ def _fairness(ax, results: Sequence[TimedResult]) -> None:  # type: ignore[no-un
         labels = [f"{t.tenant}\nweight {t.weight:g}" for t in results[0].tenants]
         ax.set_xticklabels(labels)
     ax.set_ylabel("GPU time / weighted fair share")
-    ax.set_title("Fairness across tenants (1.0 = fair share)")
-    ax.legend(fontsize=7)
+    ax.set_title("Fairness across tenants while gangs arrive (1.0 = fair share)")
+    ax.set_ylim(0, 1.45)  # room above the bars for the legend
+    ax.legend(fontsize=7, loc="upper center", ncol=3)
 
 
 def _slo(ax, results: Sequence[TimedResult]) -> None:  # type: ignore[no-untyped-def]
