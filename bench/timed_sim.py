@@ -227,8 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"nothing would queue). Arrivals then span {last:.0f} s; the clock stops at "
             f"{3 * last:.0f} s (*started* counts gangs placed by then). Tenants: CRC-32 of the "
             "pod name into four of weight 1; LS pods sharing a GPU are online inference, BE "
-            "pods best-effort, multi-GPU pods training. The pods need CPU as well as GPU, and "
-            "on these nodes CPU binds first, which caps GPU allocation.",
+            "pods best-effort, multi-GPU pods training.",
             "",
             *summary_rows({r.name: [(r, w)] for r, w in out}),
             "",
