@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,6 @@ from admission.policy_model import Policy, Tenant
 from admission.review_demand import (
     GpuDemand,
     PodProblem,
-    containers,
     mapping,
     read_demand,
     string_map,
@@ -282,7 +281,7 @@ def _check_tenant(
 
 def _check_env(spec: Mapping[str, Any], demand: GpuDemand, problems: list[PodProblem]) -> None:
     """The patch appends to each GPU container's env, which must therefore be a list."""
-    mains = containers(spec, "containers")
+    mains = demand.containers
     for i in demand.gpu_containers:
         env = mains[i].get("env")
         if env is None:
@@ -512,7 +511,7 @@ def _patch_resources(
     patch: PatchBuilder, spec: Mapping[str, Any], demand: GpuDemand, translation: Translation,
     adapter: SharingAdapter, milli: int,
 ) -> None:
-    mains = containers(spec, "containers")
+    mains = demand.containers
     if milli < 1000:
         _apply(patch, mains, demand.container, translation)
         return
@@ -534,7 +533,7 @@ def _gpu_count(container: Mapping[str, Any]) -> int:
 
 
 def _apply(
-    patch: PatchBuilder, mains: list[Mapping[str, Any]], index: int, translation: Translation
+    patch: PatchBuilder, mains: Sequence[Mapping[str, Any]], index: int, translation: Translation
 ) -> None:
     resources = mains[index].get("resources") or {}
     requests = resources.get("requests") or {}
@@ -562,7 +561,7 @@ _DOWNWARD_ENTRIES = tuple(
 def _patch_env(
     patch: PatchBuilder, spec: Mapping[str, Any], demand: GpuDemand, translation: Translation
 ) -> None:
-    mains = containers(spec, "containers")
+    mains = demand.containers
     for i in demand.gpu_containers:
         env = mains[i].get("env")
         have = {e["name"] for e in env} if isinstance(env, list) else set()

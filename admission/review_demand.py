@@ -39,6 +39,7 @@ class GpuDemand:
     container: int  # container that carries the GPU resources
     gpu_containers: tuple[int, ...]  # containers that get the assignment env
     models: tuple[str, ...]  # models the pod itself asked for (empty: none named)
+    containers: tuple[Mapping[str, Any], ...] = ()  # spec.containers, already checked
 
 
 def mapping(obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
@@ -187,4 +188,5 @@ def read_demand(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> GpuDe
         container=target,
         gpu_containers=gpu_containers or (target,),
         models=_models(annotations, node_selector),
+        containers=tuple(mains),
     )
