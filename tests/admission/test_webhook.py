@@ -282,3 +282,25 @@ async def test_readyz_reports_draining(client: TestClient) -> None:  # type: ign
     assert resp.status == 503 and "draining" in await resp.text()
     status, _ = await post(client, fixture("job-pod.json"))
     assert status == 200  # still answering reviews while endpoints catch up
+
+
+@pytest.mark.slow
+async def test_a_burst_of_creates_is_answered_within_the_apiserver_timeout(
+    client: TestClient,  # type: ignore[type-arg]
+) -> None:
+    # A 10k-pod burst made Volcano's webhook time out; the apiserver gives Berth 5 s per call.
+    # 600 reviews sent at once (over the client's 100 connections) must all be answered, each
+    # well inside that budget.
+    body = json.dumps(fixture("job-pod.json")).encode()
+    loop = asyncio.get_running_loop()
+
+    async def one() -> tuple[int, float]:
+        start = loop.time()
+        resp = await client.post("/mutate-pods", data=body,
+                                 headers={"Content-Type": "application/json"})
+        await resp.read()
+        return resp.status, loop.time() - start
+
+    results = await asyncio.gather(*(one() for _ in range(600)))
+    assert {status for status, _ in results} == {200}
+    assert max(seconds for _, seconds in results) < 5.0
