@@ -45,19 +45,23 @@ def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
             run_mem[r.tenant] += r.memory_mib
     weights = {t: snap.tenant(t).weight for t in tenant_gangs}
     mean_w = sum(weights.values()) / len(weights)
-    # low: the smallest weighted dominant share over tenants with pending gangs (milli-GPU eq.)
-    low = model.new_int_var(0, 2 * base, "fair_low")
+    exprs_of: dict[str, list[tuple[int, list[int]]]] = {}
+    top = 1
     for t, gis in sorted(tenant_gangs.items()):
         cpu = [round(sum(p.cpu_milli for p in inst.gangs[g].pods) * cpu_k) for g in gis]
         mem = [round(sum(p.memory_mib for p in inst.gangs[g].pods) * mem_k) for g in gis]
-        exprs = [
-            run_gpu[t] + sum(inst.gangs[g].gpu_demand_milli * v.admit[g] for g in gis),
-            round(run_cpu[t] * cpu_k) + sum(c * v.admit[g] for c, g in zip(cpu, gis, strict=True)),
-            round(run_mem[t] * mem_k) + sum(m * v.admit[g] for m, g in zip(mem, gis, strict=True)),
-        ]
+        gpu = [inst.gangs[g].gpu_demand_milli for g in gis]
+        exprs_of[t] = [(run_gpu[t], gpu), (round(run_cpu[t] * cpu_k), cpu),
+                       (round(run_mem[t] * mem_k), mem)]
+        top = max([top] + [c + sum(xs) for c, xs in exprs_of[t]])
+    # low: the smallest weighted dominant share over tenants with pending gangs (milli-GPU eq.)
+    w_of = {t: max(1, round(WEIGHT_SCALE * weights[t] / mean_w)) for t in tenant_gangs}
+    low = model.new_int_var(0, WEIGHT_SCALE * top // min(w_of.values()) + 1, "fair_low")
+    for t, gis in sorted(tenant_gangs.items()):
+        exprs = [c + sum(x * v.admit[g] for x, g in zip(xs, gis, strict=True))
+                 for c, xs in exprs_of[t]]
         # dom[t]: tenant t's dominant share after this window
-        dom = model.new_int_var(0, 4 * base, f"dom[{t}]")
+        dom = model.new_int_var(0, top, f"dom[{t}]")
         model.add_max_equality(dom, exprs)
-        w = max(1, round(WEIGHT_SCALE * weights[t] / mean_w))
-        model.add(w * low <= WEIGHT_SCALE * dom)
+        model.add(w_of[t] * low <= WEIGHT_SCALE * dom)
     return [("fairness", scaled(inst.weights.fairness) * low)]
