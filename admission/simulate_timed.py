@@ -152,7 +152,7 @@ def results_table(results: Sequence[TimedResult], *, title: str) -> Table:
 
     table = Table(title=title, title_justify="left")
     for col in ("policy", "started", "wait p50 s", "p90 s", "p99 s", "GPU alloc %", "Jain",
-                "SLO met %", "ban / lat. miss h", "energy kWh", "solve s"):
+                "SLO met %", "ban / lat. miss h", "slowdown", "energy kWh", "solve s"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for r in results:
         w = r.wait_percentiles_s
@@ -166,6 +166,7 @@ def results_table(results: Sequence[TimedResult], *, title: str) -> Table:
             f"{r.jain:.3f}",
             f"{r.slo.attainment * 100:.1f}",
             f"{r.slo.ban_miss_s / 3600:.2f} / {r.slo.latency_miss_s / 3600:.2f}",
+            f"{r.slo.mean_slowdown:.3f}",
             f"{r.energy_kwh:.1f}",
             f"{r.solve_seconds:.1f}",
         )

@@ -32,7 +32,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from solver.checker import check
-from solver.interference import may_share, profile_for, resolve_profiles, within_slo
+from solver.interference import (
+    may_share,
+    predicted_latency_ms,
+    profile_for,
+    resolve_profiles,
+    slowdown,
+    within_slo,
+)
 from solver.metrics_sim import (
     DEFAULT_ACTIVE_WATTS,
     DEFAULT_IDLE_WATTS,
@@ -151,6 +158,8 @@ class SloResult:
     ``attainment``: share of their pod-seconds spent with a predicted latency within the SLO
     and no banned neighbour. ``latency_miss_s`` / ``ban_miss_s``: pod-seconds missed for each
     reason (a second can miss for both). ``pods_always_met``: pods that never missed.
+    ``mean_latency_ms``: their predicted latency; ``mean_slowdown``: the predicted slowdown of
+    every pod on a fractional GPU share (latency-sensitive or not), both pod-time weighted.
     """
 
     pods: int
@@ -159,6 +168,8 @@ class SloResult:
     latency_miss_s: float
     ban_miss_s: float
     pods_always_met: int
+    mean_latency_ms: float = 0.0  # predicted latency, pod-time weighted
+    mean_slowdown: float = 1.0  # predicted slowdown of fractional-GPU pods, pod-time weighted
 
     @property
     def attainment(self) -> float:
@@ -232,6 +243,8 @@ class TimedResult:
             "slo_pods_always_met": self.slo.pods_always_met,
             "slo_latency_miss_s": self.slo.latency_miss_s,
             "slo_ban_miss_s": self.slo.ban_miss_s,
+            "slo_mean_latency_ms": self.slo.mean_latency_ms,
+            "mean_slowdown": self.slo.mean_slowdown,
             "energy_kwh": self.energy_kwh,
             "solves": self.solves,
             "solve_seconds": self.solve_seconds,
@@ -307,6 +320,12 @@ class _Cluster:
     ls_met: float = 0.0
     ls_latency_miss: float = 0.0
     ls_ban_miss: float = 0.0
+    ls_latency: dict[str, float] = field(default_factory=dict)  # predicted ms per LS pod
+    ls_latency_area: float = 0.0
+    # predicted slowdown of every pod holding a GPU share, and its pod-time integral
+    slow: dict[str, float] = field(default_factory=dict)
+    slow_area: float = 0.0
+    slow_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         policy = self.scenario.policy
@@ -358,19 +377,26 @@ class _Cluster:
         self.ls_met += met * dt
         self.ls_latency_miss += (n - lat_ok) * dt
         self.ls_ban_miss += (n - ban_ok) * dt
+        self.ls_latency_area += sum(self.ls_latency.values()) * dt
+        self.slow_area += sum(self.slow.values()) * dt
+        self.slow_seconds += len(self.slow) * dt
         self.now = t
 
     def _profile(self, r: Running) -> QoSProfile:
         return profile_for(r.qos_class, self.profiles)
 
     def _judge(self, key: tuple[str, int]) -> None:
-        """Re-judge every latency-sensitive pod on GPU ``key`` against its neighbours."""
+        """Re-judge every pod on GPU ``key`` against its neighbours: predicted slowdown for
+        all, SLO and bans for the latency-sensitive ones."""
         pods = self.gpu_pods.get(key, [])
         for r in pods:
             me = self._profile(r)
+            others = [self._profile(o) for o in pods if o is not r]
+            if any(share.milli < MILLI for share in r.gpus):  # fractional pods only
+                self.slow[r.name] = slowdown(me, others)
             if not me.latency_sensitive:
                 continue
-            others = [self._profile(o) for o in pods if o is not r]
+            self.ls_latency[r.name] = predicted_latency_ms(me, others) or 0.0
             lat_ok = within_slo(me, others)
             ban_ok = all(may_share(me, o) for o in others)
             self.ls_state[r.name] = (lat_ok, ban_ok)
@@ -411,6 +437,8 @@ class _Cluster:
         for r in placed.pods:
             del self.running[r.name]
             self.ls_state.pop(r.name, None)
+            self.ls_latency.pop(r.name, None)
+            self.slow.pop(r.name, None)
             for s in r.gpus:
                 key = (r.node, s.index)
                 self._set_gpu(key, -s.milli)
@@ -653,6 +681,10 @@ def _result(
         latency_miss_s=cluster.ls_latency_miss,
         ban_miss_s=cluster.ls_ban_miss,
         pods_always_met=len(cluster.ls_seen - cluster.ls_missed),
+        mean_latency_ms=(cluster.ls_latency_area / cluster.ls_seconds
+                         if cluster.ls_seconds > 0 else 0.0),
+        mean_slowdown=(cluster.slow_area / cluster.slow_seconds
+                       if cluster.slow_seconds > 0 else 1.0),
     )
     return TimedResult(
         name=config.name,

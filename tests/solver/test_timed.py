@@ -9,7 +9,7 @@ import pytest
 
 from solver.checker import check
 from solver.generate import ClusterSpec, GeneratorSpec, WorkloadSpec, generate
-from solver.interference import resolve_profiles
+from solver.interference import resolve_profiles, slowdown
 from solver.plan import GangPlacement, Plan, PodPlacement, SolveStats
 from solver.simulate.timed import (
     SimulationError,
@@ -146,6 +146,13 @@ def test_serving_next_to_training_counts_as_missed_only_when_oblivious() -> None
     assert blind.slo.ban_miss_s == pytest.approx(40)
     assert blind.slo.attainment == pytest.approx(0.6)
     assert blind.slo.pods_always_met == 0
+    profiles = resolve_profiles(())
+    serve, tune = profiles["latency-inference"], profiles["training"]
+    together = slowdown(serve, [tune])
+    # serving alone 0..10 and 50..100, next to training 10..50; training 40 s next to serving
+    assert blind.slo.mean_latency_ms == pytest.approx(20.0 * (60 + 40 * together) / 100)
+    assert blind.slo.mean_slowdown == pytest.approx(
+        (60 + 40 * together + 40 * slowdown(tune, [serve])) / 140)
     aware = simulate_timed(sc, TimedConfig(policy="firstfit"))
     by = {o.gang: o for o in aware.outcomes}
     assert by["tune"].start_s == 100.0  # waits for the GPU to be free of serving
