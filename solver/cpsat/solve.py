@@ -48,7 +48,7 @@ def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: in
         stats = SolveStats(solver="cpsat", status="NOT_STARTED",
                            wall_seconds=time.perf_counter() - t0, fallback=True,
                            detail={"greedy_seconds": greedy_s, "fallback_no_time": 1.0})
-        return Plan(hint.admitted, deferrals(snapshot, hint), stats)
+        return Plan(hint.admitted, hint.deferred, stats)  # the greedy policy's own reasons
     result = solve_window(snapshot, hint=hint, time_limit=time_limit - greedy_s,
                           seed=seed, workers=workers)
     plan, why = choose(snapshot, result, hint)
