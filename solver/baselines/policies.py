@@ -70,6 +70,28 @@ def best_fit(state: ClusterArrays, pod: PodRequest, nodes: BoolArray,
     return row, _lowest_slots(slots, row, pod.gpu_count)
 
 
+def fgd_deltas(state: ClusterArrays, pod: PodRequest, nodes: BoolArray,
+               slots: BoolArray | None) -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """The fragmentation increase of every placement the pod may take: node ``rows`` and, for
+    a GPU share, a ``(rows, GPU slots)`` matrix (inf where the slot cannot take it); for other
+    pods one value per row. Nodes in the same state are evaluated once."""
+    rows = np.flatnonzero(nodes)
+    share = slots is not None and pod.shares_gpu
+    if rows.size == 0:
+        shape = (0, state.gfree.shape[1]) if share else (0,)
+        return rows, np.zeros(shape, dtype=np.float64)
+    ok = slots[rows] if slots is not None else np.zeros((rows.size, 0), dtype=np.bool_)
+    bits = (ok.astype(np.int64) << np.arange(ok.shape[1], dtype=np.int64)).sum(axis=1)
+    key = state.state_id[rows] * (1 << ok.shape[1]) + bits
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    urows = rows[first]
+    delta_u = (_fgd_share(state, pod, urows, ok[first]) if share
+               else _fgd_whole(state, pod, urows))
+    out: FloatArray = np.round(delta_u[inverse], 6)
+    return rows, out
+
+
 def fgd(state: ClusterArrays, pod: PodRequest, nodes: BoolArray,
         slots: BoolArray | None, rng: np.random.Generator) -> Choice | None:
     """Fragmentation gradient descent: the node and GPU whose use increases the node's expected
@@ -79,22 +101,11 @@ def fgd(state: ClusterArrays, pod: PodRequest, nodes: BoolArray,
     GPUs to spare changes nothing for the typical pods). They go to the node with the least
     free GPU, then the lowest row: packing keeps empty nodes for pods that need many GPUs.
     """
-    rows = np.flatnonzero(nodes)
+    rows, delta = fgd_deltas(state, pod, nodes, slots)
     if rows.size == 0:
         return None
-    # Nodes in the same state score the same: evaluate each distinct state once.
-    ok = slots[rows] if slots is not None else np.zeros((rows.size, 0), dtype=np.bool_)
-    bits = (ok.astype(np.int64) << np.arange(ok.shape[1], dtype=np.int64)).sum(axis=1)
-    key = state.state_id[rows] * (1 << ok.shape[1]) + bits
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    urows = rows[first]
-    if slots is None or not pod.shares_gpu:
-        delta_u = _fgd_whole(state, pod, urows)
-        gpu_u = None
-    else:
-        delta_u, gpu_u = _fgd_share(state, pod, urows, ok[first])
-    delta = np.round(delta_u[inverse], 6)
-    best = np.flatnonzero(delta == delta.min())
+    per_row = delta.min(axis=1) if delta.ndim == 2 else delta
+    best = np.flatnonzero(per_row == per_row.min())
     if best.size > 1:
         left = np.maximum(state.gfree[rows[best]], 0).sum(axis=1)
         best = best[left == left.min()]
@@ -102,9 +113,9 @@ def fgd(state: ClusterArrays, pod: PodRequest, nodes: BoolArray,
     row = int(rows[i])
     if slots is None:
         return row, []
-    if gpu_u is None:
-        return row, _lowest_slots(slots, row, pod.gpu_count)
-    return row, [int(gpu_u[inverse[i]])]
+    if delta.ndim == 2:
+        return row, [int(np.argmin(delta[i]))]
+    return row, _lowest_slots(slots, row, pod.gpu_count)
 
 
 def _fgd_whole(state: ClusterArrays, pod: PodRequest, rows: npt.NDArray[np.int64]) -> FloatArray:
@@ -123,9 +134,9 @@ def _fgd_whole(state: ClusterArrays, pod: PodRequest, rows: npt.NDArray[np.int64
 
 
 def _fgd_share(state: ClusterArrays, pod: PodRequest, rows: npt.NDArray[np.int64],
-               ok: BoolArray) -> tuple[FloatArray, npt.NDArray[np.int64]]:
-    """Best fragmentation increase of a GPU-share pod on each of ``rows`` and the GPU slot that
-    achieves it: the slot's free ``a`` becomes ``a - gpu_milli``."""
+               ok: BoolArray) -> FloatArray:
+    """Fragmentation increase of a GPU-share pod on each GPU slot of ``rows`` (inf where the
+    slot cannot take it): the slot's free ``a`` becomes ``a - gpu_milli``."""
     table = state.fragmentation()
     cnt, usable, total, now = state.frag_stats()
     d = table.d
@@ -136,10 +147,8 @@ def _fgd_share(state: ClusterArrays, pod: PodRequest, rows: npt.NDArray[np.int64
     w = table.fit_weights(state.node_model[rows], state.cpu[rows] - pod.cpu_milli)[:, None, :]
     after = table.total_weight * (total[rows] - pod.gpu_milli)[:, None] - (
         (cnt2 >= table.k) * use2 * w).sum(axis=2)
-    delta = np.where(ok, after - now[rows][:, None], np.inf)
-    slot = np.argmin(delta, axis=1)
-    best: FloatArray = delta[np.arange(rows.size), slot]
-    return best, slot
+    delta: FloatArray = np.where(ok, after - now[rows][:, None], np.inf)
+    return delta
 
 
 POLICIES: dict[str, Policy] = {
