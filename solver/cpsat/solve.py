@@ -23,6 +23,8 @@ from solver.types import Snapshot
 GREEDY_HINT = "bestfit"
 # Least time worth building and solving the model for; below it the greedy plan stands.
 MIN_MODEL_SECONDS = 0.05
+# Share of the greedy pass's time kept back for the checker and the reasons after the search.
+POST_SOLVE_SHARE = 0.75
 
 
 def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan) -> tuple[Plan, str]:
@@ -43,13 +45,17 @@ def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: in
     t0 = time.perf_counter()
     hint = place(snapshot, GREEDY_HINT, seed=seed)
     greedy_s = time.perf_counter() - t0
-    if time_limit - greedy_s < MIN_MODEL_SECONDS:
+    if time_limit - greedy_s * (1 + POST_SOLVE_SHARE) < MIN_MODEL_SECONDS:
         # the greedy plan alone used the budget: stay on time with it
         stats = SolveStats(solver="cpsat", status="NOT_STARTED",
                            wall_seconds=time.perf_counter() - t0, fallback=True,
                            detail={"greedy_seconds": greedy_s, "fallback_no_time": 1.0})
         return Plan(hint.admitted, hint.deferred, stats)  # the greedy policy's own reasons
-    result = solve_window(snapshot, hint=hint, time_limit=time_limit - greedy_s,
+    # keep back time for what follows the search (checker, reasons): each derives the free
+    # capacity again, about what the greedy policy's own state cost
+    reserve = POST_SOLVE_SHARE * greedy_s
+    result = solve_window(snapshot, hint=hint,
+                          time_limit=max(MIN_MODEL_SECONDS, time_limit - greedy_s - reserve),
                           seed=seed, workers=workers)
     plan, why = choose(snapshot, result, hint)
     detail = {
