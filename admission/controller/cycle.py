@@ -98,9 +98,8 @@ class Cycle:
 
         # 0. Snapshot: a consistent copy, then the pending gangs (fast path: its classes only).
         with self._phase(report, "snapshot"):
-            built = build(self.inventory.view(), self.settings, now, self._memo)
-            if fast:
-                built = self._fast_only(built)
+            built = build(self.inventory.view(), self.settings, now, self._memo,
+                          only=self._fast_gang if fast else None)
             report.gangs = _count_states(built)
 
         # 1. Finish releases that were under way.
@@ -160,16 +159,10 @@ class Cycle:
         return report
 
     # ------------------------------------------------------------------ phase helpers
-    def _fast_only(self, built: Built) -> Built:
+    def _fast_gang(self, info: GangInfo) -> bool:
         classes = self.settings.fast_path_classes
-        keep = {g.key for g in built.gangs.values()
-                if g.state in ("pending", "finishing") and g.gated
-                and all(tr.qos_class(p) in classes for p in g.gated)}
-        gangs = {k: g for k, g in built.gangs.items() if k in keep}
-        snap = replace(built.snapshot,
-                       gangs=tuple(g for g in built.snapshot.gangs if g.name in keep))
-        return Built(snapshot=snap, gangs=gangs, nodes=built.nodes,
-                     node_errors=built.node_errors)
+        return info.state in ("pending", "finishing") and bool(info.gated) and all(
+            tr.qos_class(p) in classes for p in info.gated)
 
     def _timeouts(self, built: Built, now: datetime) -> list[str]:
         out = []

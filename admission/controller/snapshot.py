@@ -17,7 +17,7 @@ that are not bound yet (their recorded node and GPUs), and the pods of finishing
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -203,15 +203,29 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo]) ->
     return out
 
 
-def build(view: View, settings: Settings, now: datetime, memo: Memo | None = None) -> Built:
-    """Nodes, gangs by state and the snapshot of the pending gangs."""
+def build(view: View, settings: Settings, now: datetime, memo: Memo | None = None,
+          only: Callable[[GangInfo], bool] | None = None) -> Built:
+    """Nodes, gangs by state and the snapshot of the pending gangs; ``only`` keeps just the
+    gangs it accepts (the fast path's classes) but every pod that holds capacity."""
     memo = memo or Memo()
     nodes, node_errors = build_nodes(view, settings, memo)
     gangs = group_gangs(view)
     for info in gangs.values():
         classify(info)
+    if only is not None:
+        finishing_all = [g for g in gangs.values() if g.state == "finishing"]
+        gangs = {k: g for k, g in gangs.items() if only(g)}
+        running = holding(view, nodes, finishing_all)
+        return _finish_build(gangs, nodes, node_errors, running, now, settings, memo,
+                             sweep=False)
     finishing = [g for g in gangs.values() if g.state == "finishing"]
     running = holding(view, nodes, finishing)
+    return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, sweep=True)
+
+
+def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
+                  node_errors: dict[str, str], running: list[Running], now: datetime,
+                  settings: Settings, memo: Memo, *, sweep: bool) -> Built:
     solvable: list[Gang] = []
     for info in sorted(gangs.values(), key=lambda g: g.key):
         if info.state != "pending":
@@ -221,7 +235,8 @@ def build(view: View, settings: Settings, now: datetime, memo: Memo | None = Non
             solvable.append(info.gang)
         except (TranslationError, ProblemError) as exc:
             info.state, info.error = "broken", str(exc)
-    memo.sweep()
+    if sweep:  # a partial build (fast path) must not evict what the batch cycle memoised
+        memo.sweep()
     snapshot = Snapshot(nodes=tuple(nodes.values()), gangs=tuple(solvable),
                         running=tuple(running), tenants=settings.tenants,
                         policy=settings.solver_policy)
