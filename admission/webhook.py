@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import logging
 import signal
@@ -322,6 +323,9 @@ async def start_webhook(config: WebhookConfig,
 async def run_webhook(config: WebhookConfig) -> None:
     """Serve until SIGTERM or SIGINT, then drain and stop."""
     server = await start_webhook(config)
+    # Everything loaded so far lives as long as the process: keep the collector from
+    # re-scanning it on every full collection (reviews allocate many short-lived objects).
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -6,7 +6,7 @@ wrk has no wrk2 -R option), then flat out for the saturation throughput. Each se
 to one core and wrk to another with taskset. Repeated --rounds times, servers alternating; the
 medians go into the table. Results: bench/webhook_load.md.
 
-    python3 bench/webhook_load.py [--rate 2000] [--seconds 15] [--rounds 3] [--write]
+    python3 bench/webhook_load.py [--rate 2000 --rate 300] [--seconds 15] [--rounds 3] [--write]
 """
 
 from __future__ import annotations
@@ -229,7 +229,8 @@ def conditions() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rate", type=int, default=2000, help="fixed rate, reviews/s")
+    ap.add_argument("--rate", type=int, action="append",
+                    help="fixed rate in reviews/s (repeatable; default 2000)")
     ap.add_argument("--seconds", type=int, default=15, help="length of each wrk run")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--connections", type=int, default=32, help="wrk connections (keep-alive)")
@@ -237,6 +238,7 @@ def main() -> int:
     ap.add_argument("--wrk-core", default="1")
     ap.add_argument("--write", action="store_true", help="write bench/webhook_load.md")
     args = ap.parse_args()
+    args.rate = args.rate or [2000]
     for tool in ("wrk", "taskset"):
         if shutil.which(tool) is None:
             hint = "apt-get update && apt-get install -y wrk" if tool == "wrk" else \
@@ -246,6 +248,8 @@ def main() -> int:
     from admission.certs import write_bundle
 
     started = conditions()
+    # results[kind][key] -> one value per round; keys "p99_ms@2000", "sat_rps", ...
+    results: dict[str, dict[str, list[float]]] = {"bare": {}, "berth": {}}
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         certs = tmp / "certs"
@@ -253,43 +257,46 @@ def main() -> int:
         body = tmp / "review.json"
         body.write_text(json.dumps(training_pod_review(), separators=(",", ":")))
         body_bytes = body.stat().st_size
-        paced, flat = tmp / "paced.lua", tmp / "flat.lua"
-        paced.write_text(LUA.replace("__BODY__", str(body))
-                         .replace("__INTERVAL__", repr(1000 / args.rate)))
-        flat.write_text(LUA.replace("__BODY__", str(body)).replace("__INTERVAL__", "0"))
-        results: dict[str, dict[str, list[float]]] = {"bare": {}, "berth": {}}
+        scripts = {}
+        for rate in [0, *args.rate]:
+            scripts[rate] = tmp / f"rate-{rate}.lua"
+            scripts[rate].write_text(LUA.replace("__BODY__", str(body)).replace(
+                "__INTERVAL__", repr(1000 / rate) if rate else "0"))
         for rnd in range(args.rounds):
             for kind in ("bare", "berth"):
+                row = results[kind]
                 port = free_port()
                 proc = start(kind, port, certs, args.server_core)
                 try:
-                    wrk(port, flat, 3, args.connections, args.wrk_core)  # warm-up
-                    fixed = wrk(port, paced, args.seconds, args.connections, args.wrk_core)
+                    wrk(port, scripts[0], 3, args.connections, args.wrk_core)  # warm-up
+                    line = f"round {rnd + 1} {kind:5s}:"
+                    for rate in args.rate:
+                        fixed = wrk(port, scripts[rate], args.seconds, args.connections,
+                                    args.wrk_core)
+                        for key in ("p50", "p90", "p99", "p999"):
+                            row.setdefault(f"{key}_ms@{rate}", []).append(fixed[f"{key}_us"] / 1e3)
+                        row.setdefault(f"rps@{rate}", []).append(fixed["rps"])
+                        row.setdefault("errors", []).append(fixed["socket_errors"]
+                                                            + fixed["non2xx"])
+                        line += (f" {rate}/s -> {fixed['rps']:.0f}/s p50 "
+                                 f"{fixed['p50_us'] / 1e3:.2f} ms "
+                                 f"p99 {fixed['p99_us'] / 1e3:.2f} ms;")
                     cpu0 = cpu_seconds(proc.pid)
-                    sat = wrk(port, flat, args.seconds, args.connections, args.wrk_core)
+                    sat = wrk(port, scripts[0], args.seconds, args.connections, args.wrk_core)
                     cpu_us = (cpu_seconds(proc.pid) - cpu0) / max(sat["requests"], 1) * 1e6
-                    review_us = server_review_mean_us(port, certs / "ca.crt") if kind == \
-                        "berth" else None
+                    review_us = server_review_mean_us(port, certs / "ca.crt") \
+                        if kind == "berth" else None
                 finally:
                     stop(proc)
-                row = results[kind]
-                for key, value in (("fixed_rps", fixed["rps"]), ("p50_ms", fixed["p50_us"] / 1e3),
-                                   ("p90_ms", fixed["p90_us"] / 1e3),
-                                   ("p99_ms", fixed["p99_us"] / 1e3),
-                                   ("p999_ms", fixed["p999_us"] / 1e3),
-                                   ("sat_rps", sat["rps"]), ("sat_p99_ms", sat["p99_us"] / 1e3),
-                                   ("cpu_us", cpu_us),
-                                   ("errors", fixed["socket_errors"] + fixed["non2xx"]
-                                    + sat["socket_errors"] + sat["non2xx"])):
-                    row.setdefault(key, []).append(value)
+                row.setdefault("sat_rps", []).append(sat["rps"])
+                row.setdefault("sat_p99_ms", []).append(sat["p99_us"] / 1e3)
+                row.setdefault("cpu_us", []).append(cpu_us)
+                row["errors"].append(sat["socket_errors"] + sat["non2xx"])
                 if review_us is not None:
                     row.setdefault("review_us", []).append(review_us)
-                print(f"round {rnd + 1} {kind:5s}: {args.rate}/s -> {fixed['rps']:.0f}/s "
-                      f"p50 {fixed['p50_us'] / 1e3:.2f} ms p99 {fixed['p99_us'] / 1e3:.2f} ms; "
-                      f"saturation {sat['rps']:.0f}/s (p99 {sat['p99_us'] / 1e3:.2f} ms); "
+                print(f"{line} saturation {sat['rps']:.0f}/s (p99 {sat['p99_us'] / 1e3:.2f} ms); "
                       f"server CPU {cpu_us:.0f} us/review"
-                      + (f"; review() mean {review_us:.0f} us" if review_us else ""),
-                      flush=True)
+                      + (f"; review() mean {review_us:.0f} us" if review_us else ""), flush=True)
     report = render(results, args, started, body_bytes)
     print(report)
     if args.write:
@@ -303,43 +310,49 @@ def render(results: dict[str, dict[str, list[float]]], args: argparse.Namespace,
         values = results[kind].get(key) or [float("nan")]
         return statistics.median(values)
 
-    b, r = "bare", "berth"
-    lines = [
-        "| | bare aiohttp TLS handler | `berth webhook` | ratio berth/bare |",
-        "|---|---:|---:|---:|",
-        f"| achieved rate at {args.rate}/s offered | {med(b, 'fixed_rps'):.0f}/s | "
-        f"{med(r, 'fixed_rps'):.0f}/s | |",
-        f"| p50 at {args.rate}/s | {med(b, 'p50_ms'):.2f} ms | {med(r, 'p50_ms'):.2f} ms | "
-        f"{med(r, 'p50_ms') / med(b, 'p50_ms'):.2f} |",
-        f"| p90 at {args.rate}/s | {med(b, 'p90_ms'):.2f} ms | {med(r, 'p90_ms'):.2f} ms | "
-        f"{med(r, 'p90_ms') / med(b, 'p90_ms'):.2f} |",
-        f"| **p99 at {args.rate}/s** (target <= 3 ms) | {med(b, 'p99_ms'):.2f} ms | "
-        f"{med(r, 'p99_ms'):.2f} ms | {med(r, 'p99_ms') / med(b, 'p99_ms'):.2f} |",
-        f"| p99.9 at {args.rate}/s | {med(b, 'p999_ms'):.2f} ms | {med(r, 'p999_ms'):.2f} ms | |",
-        f"| **saturation** (target >= 5,000/s) | {med(b, 'sat_rps'):.0f}/s | "
-        f"{med(r, 'sat_rps'):.0f}/s | {med(r, 'sat_rps') / med(b, 'sat_rps'):.2f} |",
-        f"| p99 at saturation | {med(b, 'sat_p99_ms'):.2f} ms | {med(r, 'sat_p99_ms'):.2f} ms | |",
-        f"| server CPU per review at saturation | {med(b, 'cpu_us'):.0f} us | "
-        f"{med(r, 'cpu_us'):.0f} us | {med(r, 'cpu_us') / med(b, 'cpu_us'):.2f} |",
-        f"| throughput one dedicated core would give (1 s / CPU per review) | "
-        f"{1e6 / med(b, 'cpu_us'):.0f}/s | {1e6 / med(r, 'cpu_us'):.0f}/s | |",
-        f"| errors (socket + non-2xx), all runs | {sum(results[b]['errors']):.0f} | "
-        f"{sum(results[r]['errors']):.0f} | |",
-        f"| server-side review() mean (parse to serialised answer) | | "
-        f"{med(r, 'review_us'):.0f} us | |",
+    def row(label: str, key: str, unit: str, fmt: str, ratio: bool = True) -> str:
+        b, r = med("bare", key), med("berth", key)
+        cells = f"| {label} | {b:{fmt}}{unit} | {r:{fmt}}{unit} |"
+        return cells + (f" {r / b:.2f} |" if ratio and b else " |")
+
+    lines = ["| | bare aiohttp TLS handler | `berth webhook` | ratio berth/bare |",
+             "|---|---:|---:|---:|"]
+    for rate in args.rate:
+        target = " (target <= 3 ms)" if rate == 2000 else ""
+        lines += [
+            row(f"achieved rate at {rate}/s offered", f"rps@{rate}", "/s", ".0f", False),
+            row(f"p50 at {rate}/s", f"p50_ms@{rate}", " ms", ".2f"),
+            row(f"**p99 at {rate}/s**{target}", f"p99_ms@{rate}", " ms", ".2f"),
+            row(f"p99.9 at {rate}/s", f"p999_ms@{rate}", " ms", ".2f"),
+        ]
+    lines += [
+        row("**saturation** (target >= 5,000/s)", "sat_rps", "/s", ".0f"),
+        row("p99 at saturation", "sat_p99_ms", " ms", ".2f"),
+        row("server CPU per review at saturation", "cpu_us", " us", ".0f"),
+        f"| what one uncontended core would give (1 s / CPU per review) | "
+        f"{1e6 / med('bare', 'cpu_us'):.0f}/s | {1e6 / med('berth', 'cpu_us'):.0f}/s | |",
+        f"| errors (socket + non-2xx), all runs | {sum(results['bare']['errors']):.0f} | "
+        f"{sum(results['berth']['errors']):.0f} | |",
+        f"| server-side review() mean, parse to serialised answer (wall) | | "
+        f"{med('berth', 'review_us'):.0f} us | |",
     ]
-    per_round = [
-        f"- {kind}: fixed-rate p99 " + ", ".join(f"{v:.2f}" for v in results[kind]["p99_ms"])
-        + " ms; saturation " + ", ".join(f"{v:.0f}" for v in results[kind]["sat_rps"]) + "/s"
-        for kind in (b, r)
-    ]
+    per_round = []
+    for kind in ("bare", "berth"):
+        rates = "; ".join(
+            f"p99 at {rate}/s " + ", ".join(f"{v:.2f}" for v in results[kind][f"p99_ms@{rate}"])
+            + " ms" for rate in args.rate)
+        per_round.append(
+            f"- {kind}: {rates}; saturation "
+            + ", ".join(f"{v:.0f}" for v in results[kind]["sat_rps"]) + "/s; CPU "
+            + ", ".join(f"{v:.0f}" for v in results[kind]["cpu_us"]) + " us/review")
+    rate_flags = " ".join(f"--rate {r}" for r in args.rate)
     return "\n".join([
         "# Webhook load: `berth webhook` vs a bare aiohttp TLS handler",
         "",
         "Regenerate (writes this file):",
         "",
         "```",
-        f"python3 bench/webhook_load.py --rate {args.rate} --seconds {args.seconds} "
+        f"python3 bench/webhook_load.py {rate_flags} --seconds {args.seconds} "
         f"--rounds {args.rounds} --connections {args.connections} --write",
         "```",
         "",
@@ -350,16 +363,17 @@ def render(results: dict[str, dict[str, list[float]]], args: argparse.Namespace,
         "whole review and answers with a JSON Patch (labels, annotations, env, gate). The bare "
         "handler parses the review and returns a fixed patch. Medians of "
         f"{args.rounds} rounds, servers alternating within each round; each round is a 3 s "
-        f"warm-up, {args.seconds} s at a fixed rate, {args.seconds} s flat out.",
+        f"warm-up, {args.seconds} s at each fixed rate, {args.seconds} s flat out. Server CPU "
+        "per review is the server process's user+system time (from /proc) over the flat-out "
+        "run divided by the reviews answered: unlike latency and throughput it does not count "
+        "time spent waiting for a core that other work holds.",
         "",
         "Fixed rate: Debian's wrk 4.1 has no wrk2 `-R`, so a Lua `delay()` paces requests on a "
         "fixed schedule (monotonic clock through LuaJIT's ffi). Latency is measured from the "
         "actual send, not the scheduled one (no coordinated-omission correction), so a stalled "
-        "server would look better here than in wrk2.",
+        "server looks better here than it would in wrk2.",
         "",
-        f"Conditions: {started}. The machine is shared with other work running at the same "
-        "time, so absolute numbers move between runs; the ratio to the bare handler in the "
-        "same run is the steadier figure.",
+        f"Conditions: {started}.",
         "",
         *lines,
         "",
