@@ -61,6 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: 1.3)")
     parser.add_argument("--time-limit", type=float, default=2.0, metavar="S",
                         help="seconds per batch window for cpsat (default: 2.0)")
+    parser.add_argument("--objective", choices=("packing", "controller"), default="packing",
+                        help="cpsat in --mode fgd: packing = the replay's packing model with "
+                             "FGD fragmentation weights (solver.simulate.window); controller = "
+                             "the controller's full model (solver.api.solve)")
     parser.add_argument("--json", metavar="OUT.json", help="write the results as JSON")
     parser.add_argument("--plot", metavar="OUT.png",
                         help="plot allocation ratio against arrived demand")
@@ -123,7 +127,8 @@ def run_fgd(args: argparse.Namespace) -> int:
     if not any(n.gpus for n in nodes):
         raise UsageError(f"{args.nodes}: no node has a GPU; the protocol needs GPU nodes")
     report = simulate_fgd(nodes, pods, policy=policy, window=window, seeds=seeds,
-                          arrival=args.arrival, time_limit=args.time_limit)
+                          arrival=args.arrival, time_limit=args.time_limit,
+                          objective=args.objective)
     report["nodes_file"], report["pods_file"] = str(args.nodes), str(args.pods)
     _print_table(report)
     if args.json:
@@ -135,7 +140,8 @@ def run_fgd(args: argparse.Namespace) -> int:
 
 
 def simulate_fgd(nodes: list[Any], pods: list[Any], *, policy: str, window: int,
-                 seeds: list[int], arrival: float, time_limit: float) -> dict[str, Any]:
+                 seeds: list[int], arrival: float, time_limit: float,
+                 objective: str = "packing") -> dict[str, Any]:
     """Run the protocol for every seed (with a progress bar on stderr) and summarise."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -144,7 +150,7 @@ def simulate_fgd(nodes: list[Any], pods: list[Any], *, policy: str, window: int,
 
     solve_window: WindowSolver | None = None
     if policy == "cpsat":
-        solve_window = cpsat_window_solver(time_limit)
+        solve_window = cpsat_window_solver(time_limit, objective)
     start = time.perf_counter()
     results: list[ReplayResult] = []
     console = Console(stderr=True)
@@ -168,6 +174,7 @@ def simulate_fgd(nodes: list[Any], pods: list[Any], *, policy: str, window: int,
     unalloc = [100.0 - r.alloc_pct_at(100.0) for r in results]
     return {
         "policy": policy,
+        "objective": objective if policy == "cpsat" else None,
         "window": window,
         "seeds": seeds,
         "arrival": arrival,
@@ -182,13 +189,18 @@ def simulate_fgd(nodes: list[Any], pods: list[Any], *, policy: str, window: int,
     }
 
 
-def cpsat_window_solver(time_limit: float) -> Any:
-    """Each window through :func:`solver.api.solve` with CP-SAT, as the controller calls it."""
+def cpsat_window_solver(time_limit: float, objective: str = "packing") -> Any:
+    """Each window through CP-SAT: the replay's packing model where the window is what the
+    protocol makes (:func:`solver.simulate.window.in_scope`), else, or with
+    ``objective="controller"``, :func:`solver.api.solve` as the controller calls it."""
     from solver.api import solve
     from solver.plan import Plan
+    from solver.simulate.window import in_scope, solve_packing
     from solver.types import Snapshot
 
     def solve_window(snapshot: Snapshot, seed: int) -> Plan:
+        if objective == "packing" and in_scope(snapshot):
+            return solve_packing(snapshot, time_limit=time_limit, seed=seed)
         return solve(snapshot, solver="cpsat", time_limit=time_limit, seed=seed)
 
     return solve_window

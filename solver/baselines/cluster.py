@@ -103,6 +103,7 @@ class ClusterArrays:
         for i in range(n):
             self._refresh_state(i)
         self.frag: FragTable | None = None
+        self._journal: list[Saved] | None = None
         self._cnt: IntArray | None = None
         self._usable: IntArray | None = None
         self._total: IntArray | None = None
@@ -213,7 +214,20 @@ class ClusterArrays:
             self._track_class(row, s)
         self._refresh_state(row)
         self._refresh_frag(row)
+        if self._journal is not None:
+            self._journal.append(saved)
         return saved
+
+    def checkpoint(self) -> list[Saved]:
+        """A journal to hand to :meth:`rollback`: every ``apply`` from now on is recorded."""
+        self._journal = []
+        return self._journal
+
+    def rollback(self) -> None:
+        """Undo every ``apply`` since :meth:`checkpoint`, newest first."""
+        journal, self._journal = self._journal, None
+        for saved in reversed(journal or []):
+            self.undo(saved)
 
     def _refresh_state(self, row: int) -> None:
         key = np.concatenate([self.cpu[row : row + 1], self.mem[row : row + 1],

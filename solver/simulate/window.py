@@ -1,0 +1,220 @@
+"""A packing model for one window of the trace replay: CP-SAT with FGD's fragmentation weights.
+
+Why a replay-specific model: in the FGD protocol every window is a set of single-pod gangs with
+no tenants, topology or QoS, and the only score is GPU allocated. The controller's model
+(:func:`solver.api.solve`) weighs fairness, priority, energy and more, and spends its time
+limit on a 1,213-node model. This model keeps only what the protocol measures:
+
+- candidates: for each pod, the ``CANDIDATES`` placements (node, and GPU for a share) whose
+  fragmentation increase against the target workload is smallest, evaluated on the cluster as
+  the window starts, plus the placement of the greedy plan below;
+- constraints: CPU and memory per node, milli-GPU per GPU, whole free GPUs per node for
+  whole-GPU pods (a GPU that receives a share is no longer whole), one placement per pod;
+- objective: maximise placed GPU demand (each pod also counts ``POD_VALUE`` so that CPU-only
+  pods are placed when they fit), then minimise the summed fragmentation increase
+  (``FRAG_WEIGHT`` per milli-GPU of expected fragmentation);
+- hint and fallback: FGD over the window's pods in decreasing GPU demand (the best greedy
+  order for packing), which also serves when CP-SAT finds nothing better in time.
+
+Pods that ask for GPU memory, gangs of several pods, topology, tenants' quotas or QoS classes
+are outside the protocol; such a window goes to :func:`solver.api.solve`. The plan is judged
+by the checker like every other.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from solver.baselines import ClusterArrays, GangPlacer
+from solver.baselines.policies import fgd_deltas
+from solver.plan import GangPlacement, Plan, PodPlacement, SolveStats
+from solver.types import MILLI, Gang, GpuShare, PodRequest, Snapshot
+
+#: Placements kept per pod, best fragmentation increase first.
+CANDIDATES = 12
+#: Value of placing any pod, in milli-GPU of demand (CPU-only pods have no GPU demand).
+POD_VALUE = 100
+#: Objective units per milli-GPU placed; fragmentation increase costs 1 per milli-GPU.
+DEMAND_WEIGHT = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    pod: int
+    row: int
+    slot: int | None  # the GPU of a share; None for whole-GPU and CPU-only pods
+    cost: float
+
+
+def in_scope(snapshot: Snapshot) -> bool:
+    """True when the window is what the protocol produces (see module docstring)."""
+    if snapshot.tenants or snapshot.policy.qos_classes:
+        return False
+    for g in snapshot.gangs:
+        if len(g.pods) != 1 or g.topology is not None:
+            return False
+        p = g.pods[0]
+        if p.gpu_memory_mib or p.qos_class is not None:
+            return False
+    return not any(r.qos_class for r in snapshot.running)
+
+
+def solve_packing(snapshot: Snapshot, *, time_limit: float, seed: int = 0,
+                  workers: int = 1) -> Plan:
+    """Place one window's single-pod gangs; see the module docstring."""
+    start = time.perf_counter()
+    state = ClusterArrays(snapshot)
+    gangs = list(snapshot.gangs)
+    pods = [g.pods[0] for g in gangs]
+    hint = _greedy(state, gangs, seed)
+    options = _options(state, pods, hint)
+    model = cp_model.CpModel()
+    # x[i]: option i is taken
+    x = [model.new_bool_var(f"x{i}") for i in range(len(options))]
+    by_pod: dict[int, list[int]] = {}
+    by_row: dict[int, list[int]] = {}
+    by_slot: dict[tuple[int, int], list[int]] = {}
+    for i, o in enumerate(options):
+        by_pod.setdefault(o.pod, []).append(i)
+        by_row.setdefault(o.row, []).append(i)
+        if o.slot is not None:
+            by_slot.setdefault((o.row, o.slot), []).append(i)
+    for ids in by_pod.values():
+        model.add_at_most_one(x[i] for i in ids)
+    for row, ids in by_row.items():
+        model.add(sum(pods[options[i].pod].cpu_milli * x[i] for i in ids)
+                  <= int(state.cpu[row]))
+        model.add(sum(pods[options[i].pod].memory_mib * x[i] for i in ids)
+                  <= int(state.mem[row]))
+    # broken[row, slot]: a whole GPU that takes a share and so is no longer whole
+    broken: dict[tuple[int, int], cp_model.IntVar] = {}
+    for (row, slot), ids in by_slot.items():
+        model.add(sum(pods[options[i].pod].gpu_milli * x[i] for i in ids)
+                  <= int(state.gfree[row, slot]))
+        if state.gfree[row, slot] >= MILLI:
+            b = model.new_bool_var(f"broken{row}_{slot}")
+            for i in ids:
+                model.add_implication(x[i], b)
+            broken[(row, slot)] = b
+    whole = np.sum((state.gfree >= MILLI) & state.gexists, axis=1)
+    for row, ids in by_row.items():
+        takes = [pods[options[i].pod].gpu_count * x[i] for i in ids
+                 if options[i].slot is None and pods[options[i].pod].gpu_count]
+        if takes:
+            model.add(sum(takes) + sum(b for (r, _), b in broken.items() if r == row)
+                      <= int(whole[row]))
+    value = [DEMAND_WEIGHT * (pods[o.pod].gpu_demand_milli + POD_VALUE) - round(o.cost)
+             for o in options]
+    model.maximize(sum(v * xi for v, xi in zip(value, x, strict=True)))
+    chosen_hint = {(p, r, s[0] if pods[p].shares_gpu else None) for p, r, s in hint}
+    for o, xi in zip(options, x, strict=True):
+        model.add_hint(xi, (o.pod, o.row, o.slot) in chosen_hint)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit - (time.perf_counter() - start))
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    status = solver.solve(model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        taken = [options[i] for i in range(len(options)) if solver.value(x[i])]
+        placements = _assign(state, pods, taken)
+        name = solver.status_name(status)
+        objective, bound = solver.objective_value, solver.best_objective_bound
+    else:
+        placements = hint
+        name, objective, bound = "GREEDY", None, None
+    admitted = []
+    for p, row, slots in placements:
+        node = state.nodes[row]
+        shares = tuple(GpuShare(int(state.gindex[row, s]), pods[p].gpu_milli) for s in slots)
+        admitted.append(GangPlacement(gangs[p].name, (PodPlacement(pods[p].name, node.name,
+                                                                   shares),)))
+    stats = SolveStats(solver="cpsat-packing", status=name,
+                       wall_seconds=time.perf_counter() - start, objective=objective,
+                       bound=bound, fallback=name == "GREEDY",
+                       detail={"options": float(len(options)), "hint_pods": float(len(hint))})
+    return Plan(admitted=tuple(admitted), deferred=(), stats=stats)
+
+
+def _greedy(state: ClusterArrays, gangs: list[Gang],
+            seed: int) -> list[tuple[int, int, list[int]]]:
+    """FGD over the window in decreasing GPU demand; the state is left as it was."""
+    placer = GangPlacer(state, "fgd", np.random.default_rng(seed))
+    order = sorted(range(len(gangs)), key=lambda i: (-gangs[i].gpu_demand_milli,
+                                                      -gangs[i].pods[0].cpu_milli))
+    placed: list[tuple[int, int, list[int]]] = []
+    state.checkpoint()
+    for i in order:
+        result = placer.place(gangs[i])
+        if isinstance(result, str):
+            continue
+        pp = result.pods[0]
+        row = state.row_of[pp.node]
+        slots = [int(np.flatnonzero(state.gindex[row] == s.index)[0]) for s in pp.gpus]
+        placed.append((i, row, slots))
+    state.rollback()  # the model decides from the window's starting state
+    return placed
+
+
+def _options(state: ClusterArrays, pods: list[PodRequest],
+             hint: list[tuple[int, int, list[int]]]) -> list[_Option]:
+    hinted = {p: (row, slots) for p, row, slots in hint}
+    out: list[_Option] = []
+    for p, pod in enumerate(pods):
+        fit = state.node_fits(pod)
+        slots = None
+        if pod.gpu_count:
+            slots = state.gpu_fits(pod, fit)
+            fit = slots.sum(axis=1) >= pod.gpu_count
+        rows, delta = fgd_deltas(state, pod, fit, slots)
+        if rows.size == 0:
+            continue
+        seen: set[tuple[int, int | None]] = set()
+        if delta.ndim == 2:
+            flat = np.argsort(delta, axis=None, kind="stable")[:CANDIDATES]
+            for f in flat:
+                r, s = divmod(int(f), delta.shape[1])
+                if np.isfinite(delta[r, s]):
+                    seen.add((int(rows[r]), s))
+                    out.append(_Option(p, int(rows[r]), s, float(delta[r, s])))
+        else:
+            left = np.maximum(state.gfree[rows], 0).sum(axis=1)
+            order = np.lexsort((left, delta))[:CANDIDATES]
+            for i in order:
+                seen.add((int(rows[i]), None))
+                out.append(_Option(p, int(rows[i]), None, float(delta[i])))
+        if p in hinted:
+            row, hs = hinted[p]
+            key = (row, hs[0] if pod.shares_gpu else None)
+            if key not in seen:
+                where = np.flatnonzero(rows == row)[0]
+                cost = delta[where, key[1]] if delta.ndim == 2 else delta[where]
+                out.append(_Option(p, row, key[1], float(cost)))
+    return out
+
+
+def _assign(state: ClusterArrays, pods: list[PodRequest],
+            taken: list[_Option]) -> list[tuple[int, int, list[int]]]:
+    """GPU slots for the chosen options: shares keep their GPU; whole-GPU pods take the lowest
+    whole GPUs that no share of this window went to."""
+    shared = {(o.row, o.slot) for o in taken if o.slot is not None}
+    used: dict[int, set[int]] = {}
+    out: list[tuple[int, int, list[int]]] = []
+    for o in sorted(taken, key=lambda o: o.pod):
+        pod = pods[o.pod]
+        if o.slot is not None:
+            out.append((o.pod, o.row, [o.slot]))
+        elif pod.gpu_count == 0:
+            out.append((o.pod, o.row, []))
+        else:
+            mine = used.setdefault(o.row, set())
+            free = [int(s) for s in np.flatnonzero((state.gfree[o.row] >= MILLI)
+                                                   & state.gexists[o.row])
+                    if (o.row, int(s)) not in shared and int(s) not in mine]
+            pick = free[: pod.gpu_count]
+            mine.update(pick)
+            out.append((o.pod, o.row, pick))
+    return out
