@@ -97,10 +97,17 @@ class PolicySource:
         try:
             text = self._read()
         except PolicyError as exc:
-            self._refuse(str(exc), "")
+            self._refuse(str(exc), "unreadable")  # logged once until the file changes
             return False
         digest = self._hash(text)
-        if digest in (self._digest, self._refused):
+        if digest == self._digest:
+            if self._refused:  # the file is back to the version in force
+                self._refused = ""
+                self.metrics.policy_valid.set(1)
+                log.info("policy %s is back to generation %s", self.path,
+                         self.policy.generation)
+            return False
+        if digest == self._refused:
             return False
         policy, issues = check_text(text)
         if policy is None:
@@ -115,7 +122,7 @@ class PolicySource:
         return True
 
     def _refuse(self, why: str, digest: str) -> None:
-        if digest and digest == self._refused:
+        if digest == self._refused:
             return
         self._refused = digest
         self.metrics.policy_reloads.labels(result="failure").inc()

@@ -231,6 +231,22 @@ async def test_policy_hot_reload_and_refusal_of_a_bad_version(
     assert (await client.get("/readyz")).status == 200
 
 
+async def test_a_vanished_file_keeps_the_policy_and_is_reported_once(
+    client: TestClient, policy_file: Path  # type: ignore[type-arg]
+) -> None:
+    state = client.app[webhook_module.STATE]
+    good = policy_file.read_text()
+    first = state.policies.policy.generation
+    policy_file.unlink()
+    await _wait_for(lambda: state.metrics.policy_valid._value.get() == 0)
+    await asyncio.sleep(0.2)  # several more checks: still one failure counted
+    assert state.metrics.policy_reloads.labels(result="failure")._value.get() == 1
+    assert state.policies.policy.generation == first
+    policy_file.write_text(good)
+    await _wait_for(lambda: state.metrics.policy_valid._value.get() == 1)
+    assert state.policies.policy.generation == first
+
+
 async def test_configmap_symlink_swap_is_seen(aiohttp_client: Any, tmp_path: Path) -> None:
     # The kubelet's layout: policy.yaml -> ..data/policy.yaml, ..data -> ..<timestamp>/
     mount = tmp_path / "mount"
