@@ -36,9 +36,13 @@ class BerthWebhook:
     log: Path
 
 
-def policy_for(namespaces: Mapping[str, str], out: Path) -> Path:
-    """The sample policy with each tenant owning only the given namespace (tenant -> ns)."""
+def policy_for(namespaces: Mapping[str, str], out: Path, *, window_seconds: float = 2,
+               solver_seconds: float = 2) -> Path:
+    """The sample policy with each tenant owning only the given namespace (tenant -> ns), and
+    a short batch window and solver limit so that a test sees a release within seconds."""
     doc: dict[str, Any] = yaml.safe_load(SAMPLE_POLICY.read_text())
+    doc.setdefault("batch", {})["windowSeconds"] = window_seconds
+    doc.setdefault("solver", {})["timeLimitSeconds"] = solver_seconds
     known = {t["name"] for t in doc["tenants"]}
     unknown = set(namespaces) - known
     if unknown:
@@ -58,8 +62,10 @@ def _berth(*args: str) -> None:
 
 
 @contextmanager
-def berth_webhook(cluster: E2ECluster, workdir: Path,
-                  namespaces: Mapping[str, str]) -> Iterator[BerthWebhook]:
+def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, str], *,
+                  serve: bool = False) -> Iterator[BerthWebhook]:
+    """``berth webhook`` alone, or with ``serve`` the whole of Berth (``berth serve``: webhook
+    and batch controller, its Lease in the first tenant namespace)."""
     workdir.mkdir(parents=True, exist_ok=True)
     policy = policy_for(namespaces, workdir / "policy.yaml")
     port = processes.free_port()
@@ -68,11 +74,13 @@ def berth_webhook(cluster: E2ECluster, workdir: Path,
     _berth("certs", "--out", str(certs), "--host", "127.0.0.1",
            "--render-webhook-config", str(rendered),
            "--url", f"https://127.0.0.1:{port}/mutate-pods", "--policy", str(policy))
-    proc, record = processes.start(
-        "berth-webhook",
-        [*BERTH, "webhook", "--policy", str(policy),
-         "--cert-dir", str(certs), "--port", str(port)],
-        workdir)
+    argv = [*BERTH, "serve" if serve else "webhook", "--policy", str(policy),
+            "--cert-dir", str(certs), "--port", str(port)]
+    if serve:
+        argv += ["--kubeconfig", str(cluster.kubeconfig),
+                 "--namespace", next(iter(namespaces.values())), "--identity", "e2e"]
+    proc, record = processes.start("berth-serve" if serve else "berth-webhook", argv, workdir,
+                                   preexec_fn=processes.die_with_parent)
     try:
         ctx = processes.https_context(certs / "ca.crt")
         processes.wait_until(

@@ -53,9 +53,28 @@ def eventually(fetch: Callable[[], T], check: Callable[[T], bool], *, timeout: f
 
 
 def _brief(obj: object) -> str:
-    status = getattr(obj, "status", None)
-    text = repr(status if status is not None else obj)
+    if isinstance(obj, list) and obj and hasattr(obj[0], "spec"):
+        return "; ".join(describe_pod(p) for p in obj)
+    if hasattr(obj, "spec") and hasattr(obj, "status"):
+        return describe_pod(obj)
+    text = repr(obj)
     return text if len(text) < 1500 else text[:1500] + "..."
+
+
+def describe_pod(pod: Any) -> str:
+    """One line with what decides where a pod stands: phase, node, gates, placement, and the
+    scheduler's last word."""
+    spec, status = pod.spec, pod.status
+    gates = [g.name for g in spec.scheduling_gates or []]
+    cond = pod_condition(pod, "PodScheduled")
+    said = f"{cond.status}/{cond.reason}: {cond.message}" if cond else "-"
+    aff = spec.affinity.node_affinity if spec.affinity and spec.affinity.node_affinity else None
+    req = aff.required_during_scheduling_ignored_during_execution if aff else None
+    terms = [[(e.key, e.operator, e.values) for e in t.match_expressions or []]
+             for t in (req.node_selector_terms if req else [])]
+    return (f"{pod.metadata.name}: phase={status.phase if status else None} "
+            f"node={spec.node_name} gates={gates} nodeSelector={spec.node_selector} "
+            f"affinity={terms} scheduled={said}")
 
 
 def pod_condition(pod: Any, kind: str) -> Any:

@@ -12,10 +12,8 @@ stopped by another.
 from __future__ import annotations
 
 import base64
-import ctypes
 import json
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -32,14 +30,6 @@ STATE_FILE = "state.json"
 SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.244.0.0/16"
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: the kernel SIGKILLs it when its parent dies, so a test
-    run killed outright (SIGKILL, OOM) still leaves no control plane behind."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 @dataclass
@@ -186,7 +176,7 @@ class DevCluster:
     def _spawn(self, name: str, argv: list[str]) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
         proc, record = processes.start(
             name, argv, self.log_dir,
-            preexec_fn=_die_with_parent if self.die_with_parent else None,
+            preexec_fn=processes.die_with_parent if self.die_with_parent else None,
         )
         self._procs[name] = proc
         self.records.append(record)

@@ -10,6 +10,7 @@ reused by an unrelated program after a reboot is never killed.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -21,6 +22,16 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A ``preexec_fn``: runs in the child before exec, and asks the kernel to SIGKILL the
+    child when its parent dies, so a test run killed outright (SIGKILL, OOM) still leaves no
+    control plane behind."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 class StartupError(RuntimeError):

@@ -1,0 +1,96 @@
+"""Berth end to end: ``berth serve`` (webhook + batch controller) on the real control plane.
+
+A Job's pods are gated at creation, decided together in a batch window, released with their
+placement written on them, bound by kube-scheduler inside the domain the policy asked for, and
+run by kwok. A gang that cannot fit waits whole, with nothing of it bound.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from admission import constants as c
+from admission.devcluster.nodes import TOPOLOGY_LABELS
+from e2e.berth import BerthWebhook, berth_webhook
+from e2e.conftest import E2ECluster
+from e2e.helpers import eventually, pod_manifest
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(bool(os.environ.get("BERTH_E2E_KUBECONFIG")),
+                       reason="runs berth serve on this host; kind deploys it from config/"),
+]
+
+RACK = TOPOLOGY_LABELS["rack"]
+
+
+@pytest.fixture
+def berth(cluster: E2ECluster, tenant_namespaces: dict[str, str],
+          tmp_path: Path) -> Iterator[BerthWebhook]:
+    with berth_webhook(cluster, tmp_path / "berth", tenant_namespaces, serve=True) as hook:
+        yield hook
+
+
+def _job(name: str, *, pods: int, gpus: int, topology: str) -> dict[str, Any]:
+    template = pod_manifest("unused", gpus=gpus)
+    template["spec"]["restartPolicy"] = "Never"
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0,
+                     "template": {"metadata": {"annotations": {
+                         c.ANNOTATION_GANG_SIZE: str(pods), c.ANNOTATION_TOPOLOGY: topology}},
+                         "spec": template["spec"]}}}
+
+
+def _pods(cluster: E2ECluster, ns: str, job: str) -> list[Any]:
+    return list(cluster.core.list_namespaced_pod(ns, label_selector=f"job-name={job}").items)
+
+
+def _log_tail(hook: BerthWebhook) -> str:
+    return "\n".join(hook.log.read_text(errors="replace").splitlines()[-30:])
+
+
+def test_a_gang_is_released_whole_into_one_rack_and_runs(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], berth: BerthWebhook
+) -> None:
+    ns = tenant_namespaces["team-a"]
+    client.BatchV1Api(cluster.api).create_namespaced_job(
+        ns, _job("ring", pods=2, gpus=8, topology="required:rack"))
+    # kwok runs a Job's pods and, their restartPolicy being Never, completes them at once:
+    # Running or Succeeded both mean kube-scheduler bound the pod and its "kubelet" ran it.
+    try:
+        pods = eventually(lambda: _pods(cluster, ns, "ring"),
+                          lambda ps: len(ps) == 2 and all(
+                              p.status.phase in ("Running", "Succeeded") for p in ps),
+                          timeout=120, what="both gang pods released, bound and run")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- berth serve log:\n{_log_tail(berth)}") from None
+    racks = {cluster.core.read_node(p.spec.node_name).metadata.labels[RACK] for p in pods}
+    assert len(racks) == 1, f"gang split across racks {racks}"
+    for p in pods:
+        assert not p.spec.scheduling_gates
+        assert p.metadata.annotations.get(c.ANNOTATION_ASSIGNED_NODE) == p.spec.node_name
+
+
+def test_a_gang_that_cannot_fit_waits_whole(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], berth: BerthWebhook
+) -> None:
+    # 3 x 8 GPUs inside one rack, where a rack holds 2 x 8: never placeable as asked.
+    ns = tenant_namespaces["team-a"]
+    client.BatchV1Api(cluster.api).create_namespaced_job(
+        ns, _job("too-wide", pods=3, gpus=8, topology="required:rack"))
+    eventually(lambda: _pods(cluster, ns, "too-wide"), lambda ps: len(ps) == 3,
+               timeout=60, what="the Job controller to create 3 pods")
+    time.sleep(8)  # four batch windows of this policy: nothing of the gang may move
+    pods = _pods(cluster, ns, "too-wide")
+    assert len(pods) == 3
+    for p in pods:
+        assert [g.name for g in p.spec.scheduling_gates or []] == [c.SCHEDULING_GATE], \
+            f"{p.metadata.name} lost its gate\n--- berth serve log:\n{_log_tail(berth)}"
+        assert p.spec.node_name is None
