@@ -3,9 +3,11 @@
 CP-SAT holds the GIL for seconds on a large window, so it runs in a
 :class:`concurrent.futures.ProcessPoolExecutor` child. The solver's own time limit bounds the
 search; the deadline here (limit plus a grace for pickling the snapshot and building the model)
-bounds everything else. If the child does not answer in time or dies, the pool is replaced and
-the cycle gets an empty plan that defers every gang with the reason, so nothing is released on a
-guess and the next window tries again.
+bounds everything else (at 10,000 pending pods, building the model alone can outlast the
+limit). If the child does not answer in time or dies, it is killed and the window falls back to
+the greedy best-fit placement computed here (contract 4: a plan the checker accepts, greedy when
+CP-SAT has nothing in time); with ``fallback=None`` the cycle gets an empty plan that defers
+every gang with the reason instead.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 from multiprocessing import get_context
 
 from solver.plan import Deferred, Plan, SolveStats
@@ -40,11 +43,12 @@ class WorkerSolver:
     """Callable ``snapshot -> Plan`` that solves in a child process."""
 
     def __init__(self, *, solver: str = "cpsat", time_limit: float = 5.0, seed: int = 0,
-                 grace_seconds: float = 10.0) -> None:
+                 grace_seconds: float = 10.0, fallback: str | None = "bestfit") -> None:
         self.solver = solver
         self.time_limit = time_limit
         self.seed = seed
         self.grace = grace_seconds
+        self.fallback = fallback
         self._pool: Executor | None = None
 
     def _executor(self) -> Executor:
@@ -65,8 +69,15 @@ class WorkerSolver:
         except (FutureTimeout, BrokenProcessPool) as exc:
             log.error("solver worker gave no plan (%s); replacing it", type(exc).__name__)
             self.close(kill=True)
-            return nothing_admitted(snapshot, self.solver, "the solver did not answer in time; "
-                                    "retrying next window", time.monotonic() - start)
+            if self.fallback is None:
+                return nothing_admitted(snapshot, self.solver, "the solver did not answer in "
+                                        "time; retrying next window", time.monotonic() - start)
+            from solver.api import solve
+
+            plan = solve(snapshot, solver=self.fallback)  # type: ignore[arg-type]
+            stats = replace(plan.stats, fallback=True, wall_seconds=time.monotonic() - start,
+                            detail={**plan.stats.detail, "worker_timeout": 1.0})
+            return replace(plan, stats=stats)
 
     def close(self, kill: bool = False) -> None:
         pool, self._pool = self._pool, None
