@@ -5,8 +5,8 @@ The pure replay lives in :mod:`solver.simulate.timed`; this module picks the sce
 generator, or a node list and a pod list with creation and deletion times), runs the policies,
 prints the comparison table, and writes the JSON and the plot.
 
-Hooks for the ``berth simulate`` command: :func:`add_timed_arguments` adds the flags only the
-timed replay reads (``--window-s``, ``--time-limit``, ``--tenants``, ``--time-scale``,
+Hooks for the ``berth simulate`` command (admission/commands/simulate.py): :func:`add_arguments`
+adds the flags only the timed replay reads (``--window-s``, ``--tenants``, ``--time-scale``,
 ``--speedup``, ``--until``, ``--max-pending``, ``--compare``); :func:`run_default` serves a
 call with no scenario arguments and :func:`run_timed` serves ``--mode timed``. Both take the parsed
 ``argparse.Namespace`` and read ``--policy``, ``--seeds``, ``--json`` and ``--plot`` from it
@@ -75,14 +75,13 @@ def parse_contenders(text: str) -> tuple[Contender, ...]:
     return tuple(out)
 
 
-def add_timed_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags only the timed replay and the embedded default read."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags only the timed replay and the embedded default read (``berth simulate`` defines
+    the shared ones: ``--nodes``, ``--pods``, ``--policy``, ``--seeds``, ``--time-limit``,
+    ``--json``, ``--plot``, ``--mode``)."""
     g = parser.add_argument_group("timed replay (--mode timed and the embedded default)")
     g.add_argument("--window-s", type=float, default=5.0, metavar="S",
                    help="batch window in simulated seconds (default 5)")
-    g.add_argument("--time-limit", type=float, default=None, metavar="S",
-                   help="solver time limit per window in seconds (default 1 for the embedded "
-                   "default, 2 otherwise)")
     g.add_argument("--tenants", type=int, default=4, metavar="N",
                    help="tenants a trace's pods are hashed into (default 4)")
     g.add_argument("--time-scale", type=float, default=1.0, metavar="F",
@@ -103,8 +102,12 @@ def add_timed_arguments(parser: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def run_contenders(
-    scenario: Scenario,
+#: Flags behind the fields of :class:`TimedConfig`, for error messages.
+_FLAGS = {"window_s": "--window-s", "time_limit_s": "--time-limit",
+          "max_pending": "--max-pending", "policy": "--policy/--compare"}
+
+
+def build_configs(
     contenders: Sequence[Contender],
     *,
     window_s: float,
@@ -112,9 +115,33 @@ def run_contenders(
     seed: int,
     max_pending: int = 64,
     until_s: float | None = None,
-    console: Console | None = None,
+) -> list[TimedConfig]:
+    """One config per contender, every bad value reported before anything runs."""
+    from admission.cli import UsageError
+    from solver.api import SOLVERS
+    from solver.types import ProblemError
+
+    unknown = [c.policy for c in contenders if c.policy not in SOLVERS]
+    if unknown:
+        raise UsageError(f"--policy/--compare: unknown policy {unknown[0]!r}; choose from "
+                         f"{', '.join(SOLVERS)}, each optionally with -oblivious")
+    if until_s is not None and until_s <= 0:
+        raise UsageError(f"--until: must be > 0 seconds, got {until_s:g}")
+    try:
+        return [
+            TimedConfig(policy=c.policy, window_s=window_s, time_limit_s=time_limit_s,
+                        seed=seed, interference_aware=c.interference_aware,
+                        max_pending=max_pending, until_s=until_s)
+            for c in contenders
+        ]
+    except ProblemError as exc:
+        raise UsageError(f"{_FLAGS.get(exc.path, exc.path)}: {exc.message}") from None
+
+
+def run_contenders(
+    scenario: Scenario, configs: Sequence[TimedConfig], *, console: Console | None = None
 ) -> list[TimedResult]:
-    """Replay ``scenario`` once per contender, with a progress bar on ``console``."""
+    """Replay ``scenario`` once per config, with a progress bar on ``console``."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     results = []
@@ -127,17 +154,8 @@ def run_contenders(
         transient=True,
         disable=console is None,
     ) as bar:
-        for c in contenders:
-            task = bar.add_task(c.name, total=1.0)
-            config = TimedConfig(
-                policy=c.policy,
-                window_s=window_s,
-                time_limit_s=time_limit_s,
-                seed=seed,
-                interference_aware=c.interference_aware,
-                max_pending=max_pending,
-                until_s=until_s,
-            )
+        for config in configs:
+            task = bar.add_task(config.name, total=1.0)
 
             def tick(done: float, task: Any = task) -> None:
                 bar.update(task, completed=done)
@@ -267,9 +285,10 @@ def run_default(
         f"{scenario.arrivals[-1].arrival_s / 60:.0f} min (seed {seed}), "
         f"{window:g} s batch windows"
     )
+    configs = build_configs(contenders, window_s=window, time_limit_s=limit, seed=seed,
+                            max_pending=int(_arg(args, "max_pending", 64)))
     started = time.perf_counter()
-    results = run_contenders(scenario, contenders, window_s=window, time_limit_s=limit,
-                             seed=seed, console=console)
+    results = run_contenders(scenario, configs, console=console)
     wall = time.perf_counter() - started
     title = f"embedded default, seed {seed}, window {window:g} s"
     console.print(results_table(results, title=f"Policies on the {title}"))
@@ -318,17 +337,17 @@ def run_timed(args: argparse.Namespace, *, console: Console | None = None) -> in
     """``berth simulate --mode timed --nodes N.csv --pods P.csv [--policy P | --compare L]``."""
     from rich.console import Console
 
-    from admission.cli import UsageError
 
     console = console or Console()
-    scenario = load_trace_scenario(args)
     seed = _first_seed(args)
     window = float(_arg(args, "window_s", 5.0))
     limit = float(_arg(args, "time_limit", 2.0))
-    if window <= 0 or limit <= 0:
-        raise UsageError("--window-s and --time-limit must be > 0 seconds")
     contenders = _contenders(args, (Contender("cpsat"),))
     until = _arg(args, "until", None)
+    configs = build_configs(contenders, window_s=window, time_limit_s=limit, seed=seed,
+                            max_pending=int(_arg(args, "max_pending", 64)),
+                            until_s=float(until) if until is not None else None)
+    scenario = load_trace_scenario(args)
     console.print(
         f"[bold]berth simulate --mode timed[/bold]: {len(scenario.nodes)} nodes, "
         f"{len(scenario.arrivals)} pods in {len(scenario.tenants)} tenants "
@@ -337,11 +356,7 @@ def run_timed(args: argparse.Namespace, *, console: Console | None = None) -> in
         f"{window:g} s batch windows"
     )
     started = time.perf_counter()
-    results = run_contenders(
-        scenario, contenders, window_s=window, time_limit_s=limit, seed=seed,
-        max_pending=int(_arg(args, "max_pending", 64)),
-        until_s=float(until) if until is not None else None, console=console,
-    )
+    results = run_contenders(scenario, configs, console=console)
     wall = time.perf_counter() - started
     title = f"{Path(_arg(args, 'pods', 'pods')).name}, timed, window {window:g} s"
     console.print(results_table(results, title=title))

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from admission.cli import UsageError
+from admission.cli import UsageError, build_parser, main
 from admission.simulate_plots import binned
 from admission.simulate_timed import (
     Contender,
-    add_timed_arguments,
     parse_contenders,
     run_default,
     run_timed,
@@ -89,12 +88,32 @@ def test_embedded_default_compares_policies(tmp_path: Path) -> None:
     assert "embedded default" in out and "bestfit-oblivious" in out
 
 
-def test_flags_and_contender_names() -> None:
-    parser = argparse.ArgumentParser()
-    add_timed_arguments(parser)
-    ns = parser.parse_args(["--window-s", "10", "--compare", "cpsat,cpsat-oblivious"])
-    assert ns.window_s == 10.0
-    assert parse_contenders(ns.compare) == (Contender("cpsat"), Contender("cpsat", False))
+def test_berth_simulate_without_scenario_runs_the_embedded_default(tmp_path: Path,
+                                                                    capsys) -> None:  # type: ignore[no-untyped-def]
+    plot, out = tmp_path / "p.png", tmp_path / "o.json"
+    rc = main(["simulate", "--compare", "firstfit", "--plot", str(plot), "--json", str(out)])
+    assert rc == 0
+    assert plot.exists()
+    doc = json.loads(out.read_text())
+    assert doc["mode"] == "default" and [r["name"] for r in doc["results"]] == ["firstfit"]
+    assert "embedded default" in capsys.readouterr().out
+
+
+def test_berth_simulate_timed_flags_and_errors(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    ns = build_parser().parse_args(["simulate", "--mode", "timed", "--window-s", "10",
+                                    "--compare", "cpsat,cpsat-oblivious", "--speedup", "20"])
+    assert (ns.window_s, ns.speedup, ns.compare) == (10.0, 20.0, "cpsat,cpsat-oblivious")
+    assert main(["simulate", "--mode", "timed"]) == 2
+    assert "--nodes" in capsys.readouterr().err
+    args = _files(tmp_path)
+    assert main(["simulate", "--mode", "timed", "--nodes", args.nodes, "--pods", args.pods,
+                 "--window-s", "0"]) == 2
+    assert "--window-s" in capsys.readouterr().err
+
+
+def test_contender_names() -> None:
+    assert parse_contenders("cpsat, cpsat-oblivious,") == (Contender("cpsat"),
+                                                          Contender("cpsat", False))
     assert Contender("bestfit", False).name == "bestfit-oblivious"
 
 
@@ -102,3 +121,26 @@ def test_binned_means_of_a_step_series() -> None:
     series = [(0.0, 0.0), (30.0, 1.0), (90.0, 0.5)]
     assert binned(series, 120.0, 60.0) == pytest.approx([0.5, 0.75])
     assert binned(series, 150.0, 60.0) == pytest.approx([0.5, 0.75, 0.5])
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--window-s", "-1"], "--window-s"),
+        (["--time-limit", "0"], "--time-limit"),
+        (["--max-pending", "0"], "--max-pending"),
+        (["--until", "0"], "--until"),
+        (["--compare", "cpsat,foo"], "unknown policy 'foo'"),
+        (["--compare", ","], "--compare"),
+        (["--tenants", "30"], "tenants"),
+        (["--speedup", "0"], "speedup"),
+        (["--time-scale", "-2"], "time_scale"),
+    ],
+)
+def test_bad_timed_flags_exit_2_naming_the_flag(tmp_path: Path, capsys, flags: list[str],  # type: ignore[no-untyped-def]
+                                                named: str) -> None:
+    args = _files(tmp_path)
+    rc = main(["simulate", "--mode", "timed", "--nodes", args.nodes, "--pods", args.pods,
+               *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and named in err and "Traceback" not in err
