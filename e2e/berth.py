@@ -63,9 +63,11 @@ def _berth(*args: str) -> None:
 
 @contextmanager
 def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, str], *,
-                  serve: bool = False) -> Iterator[BerthWebhook]:
+                  serve: bool = False, kubeconfig: Path | None = None,
+                  lease_namespace: str | None = None) -> Iterator[BerthWebhook]:
     """``berth webhook`` alone, or with ``serve`` the whole of Berth (``berth serve``: webhook
-    and batch controller, its Lease in the first tenant namespace)."""
+    and batch controller) talking to the apiserver through ``kubeconfig`` (default: the
+    cluster admin's), its Lease in ``lease_namespace`` (default: the first tenant's)."""
     workdir.mkdir(parents=True, exist_ok=True)
     policy = policy_for(namespaces, workdir / "policy.yaml")
     port = processes.free_port()
@@ -77,8 +79,9 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
     argv = [*BERTH, "serve" if serve else "webhook", "--policy", str(policy),
             "--cert-dir", str(certs), "--port", str(port)]
     if serve:
-        argv += ["--kubeconfig", str(cluster.kubeconfig),
-                 "--namespace", next(iter(namespaces.values())), "--identity", "e2e"]
+        argv += ["--kubeconfig", str(kubeconfig or cluster.kubeconfig),
+                 "--namespace", lease_namespace or next(iter(namespaces.values())),
+                 "--identity", "e2e"]
     proc, record = processes.start("berth-serve" if serve else "berth-webhook", argv, workdir,
                                    preexec_fn=processes.die_with_parent)
     try:

@@ -7,8 +7,8 @@
 # cached per version in $BERTH_E2E_CACHE (default ~/.cache/berth-e2e)/<component>-<version>/bin.
 # A cached component is not rebuilt. Nothing is ever written into the repository.
 #
-# usage: e2e/build.sh [kubernetes|etcd|kwok|kueue|volcano|core|all]...   (default: core)
-#   core = kubernetes etcd kwok; all = core kueue volcano
+# usage: e2e/build.sh [kubernetes|kubectl|etcd|kwok|kueue|volcano|core|all]...  (default: core)
+#   core = kubernetes etcd kwok; all = core kubectl kueue volcano
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -62,6 +62,16 @@ module_dir() {
 # ./staging paths, which only work inside its own repository. A wrapper module replaces each of
 # them with the published k8s.io/<name> v0.<minor>.<patch> instead.
 build_kubernetes_in_cwd() {
+    build_kubernetes_cmds_in_cwd kube-apiserver kube-scheduler kube-controller-manager
+}
+
+# kubectl is its own component so that adding it does not invalidate a cached control plane;
+# it shares the module and build caches with the control plane build.
+build_kubectl_in_cwd() {
+    build_kubernetes_cmds_in_cwd kubectl
+}
+
+build_kubernetes_cmds_in_cwd() {
     local v="$KUBERNETES_VERSION" staging_v="v0.${KUBERNETES_VERSION#v1.}"
     local gomod
     gomod="$(go mod download -json "k8s.io/kubernetes@$v" |
@@ -83,7 +93,7 @@ build_kubernetes_in_cwd() {
     n="$(grep -c '=> k8s.io/' go.mod)"
     log "kubernetes: $n staging modules replaced with $staging_v"
     [[ "$n" -gt 20 ]] || { log "kubernetes: too few staging replaces found in $gomod"; return 1; }
-    local cmds=(kube-apiserver kube-scheduler kube-controller-manager)
+    local cmds=("$@")
     local pkgs=()
     for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c@$v"); done
     go get "${pkgs[@]}"
@@ -154,13 +164,15 @@ build_volcano_in_cwd() {
 build_one() {
     case "$1" in
         kubernetes) build_cached "kubernetes-$KUBERNETES_VERSION" build_kubernetes_in_cwd ;;
+        kubectl) build_cached "kubectl-$KUBERNETES_VERSION" build_kubectl_in_cwd ;;
         etcd) build_cached "etcd-$ETCD_VERSION" build_etcd_in_cwd ;;
         kwok) build_cached "kwok-$KWOK_VERSION" build_kwok_in_cwd ;;
         kueue) build_cached "kueue-$KUEUE_VERSION" build_kueue_in_cwd ;;
         volcano) build_cached "volcano-$VOLCANO_VERSION" build_volcano_in_cwd ;;
         core) build_one kubernetes; build_one etcd; build_one kwok ;;
-        all) build_one core; build_one kueue; build_one volcano ;;
-        *) echo "unknown component: $1 (kubernetes|etcd|kwok|kueue|volcano|core|all)" >&2; return 2 ;;
+        all) build_one core; build_one kubectl; build_one kueue; build_one volcano ;;
+        *) echo "unknown component: $1 (kubernetes|kubectl|etcd|kwok|kueue|volcano|core|all)" >&2
+           return 2 ;;
     esac
 }
 

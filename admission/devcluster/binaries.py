@@ -22,6 +22,7 @@ COMPONENTS: dict[str, tuple[str, tuple[str, ...]]] = {
         "KUBERNETES_VERSION",
         ("kube-apiserver", "kube-scheduler", "kube-controller-manager"),
     ),
+    "kubectl": ("KUBERNETES_VERSION", ("kubectl",)),
     "etcd": ("ETCD_VERSION", ("etcd",)),
     "kwok": ("KWOK_VERSION", ("kwok",)),
     "kueue": ("KUEUE_VERSION", ("kueue",)),

@@ -1,4 +1,5 @@
-"""Berth end to end: ``berth serve`` (webhook + batch controller) on the real control plane.
+"""Berth end to end: ``berth serve`` (webhook + batch controller) on the real control plane,
+running as its service account with the RBAC of config/base.
 
 A Job's pods are gated at creation, decided together in a batch window, released with their
 placement written on them, bound by kube-scheduler inside the domain the policy asked for, and
@@ -14,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
 
 from admission import constants as c
 from admission.devcluster.nodes import TOPOLOGY_LABELS
 from e2e.berth import BerthWebhook, berth_webhook
-from e2e.conftest import E2ECluster
+from e2e.conftest import E2ECluster, make_namespace
 from e2e.helpers import eventually, pod_manifest
+from e2e.rbac import install_rbac, service_account_kubeconfig, uninstall_rbac
 
 pytestmark = [
     pytest.mark.e2e,
@@ -34,8 +37,29 @@ RACK = TOPOLOGY_LABELS["rack"]
 @pytest.fixture
 def berth(cluster: E2ECluster, tenant_namespaces: dict[str, str],
           tmp_path: Path) -> Iterator[BerthWebhook]:
-    with berth_webhook(cluster, tmp_path / "berth", tenant_namespaces, serve=True) as hook:
-        yield hook
+    """``berth serve`` as deployed: the ``berth`` service account of its own namespace with
+    exactly the permissions of config/base/rbac.yaml, enforced by the real RBAC authorizer."""
+    assert cluster.local is not None
+    home = make_namespace(cluster.core, "berth-system")
+    created = install_rbac(cluster.api, home, suffix=home)
+    try:
+        kubeconfig = service_account_kubeconfig(
+            cluster.api, server=cluster.local.server, ca_pem=cluster.ca_bundle_pem(),
+            namespace=home, account="berth", out=tmp_path / "berth-sa.kubeconfig")
+        # The identity really is restricted: reading Secrets is not among its rules.
+        as_berth = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+        with pytest.raises(ApiException) as denied:
+            as_berth.list_namespaced_secret(home)
+        assert denied.value.status == 403
+        with berth_webhook(cluster, tmp_path / "berth", tenant_namespaces, serve=True,
+                           kubeconfig=kubeconfig, lease_namespace=home) as hook:
+            yield hook
+            forbidden = [line for line in hook.log.read_text(errors="replace").splitlines()
+                         if "forbidden" in line.lower()]
+            assert not forbidden, "berth serve was refused by RBAC:\n" + "\n".join(forbidden)
+    finally:
+        uninstall_rbac(cluster.api, created)
+        cluster.core.delete_namespace(home, grace_period_seconds=0)
 
 
 def _job(name: str, *, pods: int, gpus: int, topology: str) -> dict[str, Any]:
