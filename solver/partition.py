@@ -274,14 +274,15 @@ def merge(snapshot: Snapshot, plans: Sequence[Plan], split_s: float, wall: float
     detail["partitions"] = float(len(plans))
     detail["split_seconds"] = split_s
     detail["parts_fallback"] = float(sum(p.stats.fallback for p in plans))
-    objective = sum(p.stats.objective or 0.0 for p in plans)
-    bound = sum(p.stats.bound or 0.0 for p in plans)
+    # the parts' objectives add up to the plan's only when every part reports one
+    whole = all(p.stats.objective is not None and p.stats.bound is not None for p in plans)
+    objective = sum(p.stats.objective or 0.0 for p in plans) if whole else None
+    bound = sum(p.stats.bound or 0.0 for p in plans) if whole else None
     admitted, dropped = _within_quota(snapshot, admitted)
     for gp in dropped:
         deferred.append(Deferred(gp.gang, "quota: its tenant's borrowing does not fit in the "
                                  "idle quota of the whole cluster"))
     stats = SolveStats(solver="cpsat", status=status, wall_seconds=wall,
-                       objective=objective if solved else None,
-                       bound=bound if solved else None,
+                       objective=objective, bound=bound,
                        fallback=all(p.stats.fallback for p in plans), detail=dict(detail))
     return Plan(tuple(admitted), tuple(deferred), stats)
