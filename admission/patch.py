@@ -23,6 +23,12 @@ def escape(token: str) -> str:
 
 
 def pointer(parts: Sequence[Part]) -> str:
+    return _pointer(tuple(parts))
+
+
+@lru_cache(maxsize=4096)
+def _pointer(parts: tuple[Part, ...]) -> str:
+    # The same few paths recur on every pod: build each once.
     return "".join("/" + escape(str(p)) for p in parts)
 
 

@@ -286,9 +286,13 @@ def _check_env(spec: Mapping[str, Any], demand: GpuDemand, problems: list[PodPro
         env = mains[i].get("env")
         if env is None:
             continue
-        if not isinstance(env, list) or not all(
-            isinstance(e, dict) and isinstance(e.get("name"), str) for e in env
-        ):
+        ok = isinstance(env, list)
+        if ok:
+            for e in env:
+                if not (isinstance(e, dict) and isinstance(e.get("name"), str)):
+                    ok = False
+                    break
+        if not ok:
             problems.append(PodProblem(f"spec.containers[{i}].env",
                                        "must be a list of {name, value|valueFrom}",
                                        "malformed-pod"))
