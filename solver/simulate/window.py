@@ -11,10 +11,13 @@ limit on a 1,213-node model. This model keeps only what the protocol measures:
 - constraints: CPU and memory per node, milli-GPU per GPU, whole free GPUs per node for
   whole-GPU pods (a GPU that receives a share is no longer whole), one placement per pod;
 - objective: maximise placed GPU demand (each pod also counts ``POD_VALUE`` so that CPU-only
-  pods are placed when they fit), then minimise the summed fragmentation increase
-  (``FRAG_WEIGHT`` per milli-GPU of expected fragmentation);
-- hint and fallback: FGD over the window's pods in decreasing GPU demand (the best greedy
-  order for packing), which also serves when CP-SAT finds nothing better in time.
+  pods are placed when they fit); among equal demand, stay with the greedy placement of each
+  pod (``MOVE_COST`` for leaving it) and prefer small fragmentation increases. Summing each
+  placement's increase measured alone misjudges pods that share a node, and doing so as the
+  main objective loses to sequential FGD (5.74 % against 5.37 % unallocated on the default
+  list), so the model moves a pod only where that admits more demand;
+- hint and fallback: FGD over the window's pods in arrival order, which also serves when
+  CP-SAT finds nothing better in time.
 
 Pods that ask for GPU memory, gangs of several pods, topology, tenants' quotas or QoS classes
 are outside the protocol; such a window goes to :func:`solver.api.solve`. The plan is judged
@@ -40,6 +43,8 @@ CANDIDATES = 12
 POD_VALUE = 100
 #: Objective units per milli-GPU placed; fragmentation increase costs 1 per milli-GPU.
 DEMAND_WEIGHT = 8
+#: Cost of placing a pod elsewhere than the greedy plan does.
+MOVE_COST = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +112,15 @@ def solve_packing(snapshot: Snapshot, *, time_limit: float, seed: int = 0,
         if takes:
             model.add(sum(takes) + sum(b for (r, _), b in broken.items() if r == row)
                       <= int(whole[row]))
-    value = [DEMAND_WEIGHT * (pods[o.pod].gpu_demand_milli + POD_VALUE) - round(o.cost)
+    chosen_hint = {(p, r, s[0] if pods[p].shares_gpu else None) for p, r, s in hint}
+    least: dict[int, float] = {}
+    for o in options:
+        least[o.pod] = min(least.get(o.pod, o.cost), o.cost)
+    value = [DEMAND_WEIGHT * (pods[o.pod].gpu_demand_milli + POD_VALUE)
+             - round(o.cost - least[o.pod])
+             - (0 if (o.pod, o.row, o.slot) in chosen_hint else MOVE_COST)
              for o in options]
     model.maximize(sum(v * xi for v, xi in zip(value, x, strict=True)))
-    chosen_hint = {(p, r, s[0] if pods[p].shares_gpu else None) for p, r, s in hint}
     for o, xi in zip(options, x, strict=True):
         model.add_hint(xi, (o.pod, o.row, o.slot) in chosen_hint)
     solver = cp_model.CpSolver()
@@ -141,10 +151,10 @@ def solve_packing(snapshot: Snapshot, *, time_limit: float, seed: int = 0,
 
 def _greedy(state: ClusterArrays, gangs: list[Gang],
             seed: int) -> list[tuple[int, int, list[int]]]:
-    """FGD over the window in decreasing GPU demand; the state is left as it was."""
+    """FGD over the window in arrival order; the state is left as it was. (Largest first
+    is worse here: on the default pod list it leaves 7.3 % unallocated against 5.4 %.)"""
     placer = GangPlacer(state, "fgd", np.random.default_rng(seed))
-    order = sorted(range(len(gangs)), key=lambda i: (-gangs[i].gpu_demand_milli,
-                                                      -gangs[i].pods[0].cpu_milli))
+    order = range(len(gangs))
     placed: list[tuple[int, int, list[int]]] = []
     state.checkpoint()
     for i in order:
