@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from solver.checker import check
 from solver.generate import ClusterSpec, GeneratorSpec, WorkloadSpec, generate
@@ -309,3 +311,52 @@ def test_trace_pods_become_hashed_tenants_with_durations() -> None:
     with pytest.raises(ProblemError, match="deletion_time"):
         scenario_from_trace((_node(),), [replace(pods[0], deletion_time=1)])
 
+
+
+@st.composite
+def _scenarios(draw: st.DrawFn) -> Scenario:
+    nodes = tuple(_node(f"n{i}", gpus=draw(st.integers(1, 4)))
+                  for i in range(draw(st.integers(1, 3))))
+    tenants = ("team-a", "team-b")
+    arrivals = []
+    for i in range(draw(st.integers(0, 12))):
+        whole = draw(st.booleans())
+        gang = Gang(
+            name=f"g{i}",
+            tenant=draw(st.sampled_from(tenants)),
+            pods=tuple(
+                PodRequest(name=f"g{i}-{j}", cpu_milli=1000, memory_mib=1024,
+                           gpu_count=draw(st.integers(1, 2)) if whole else 1,
+                           gpu_milli=MILLI if whole else draw(st.sampled_from([250, 500])),
+                           qos_class=draw(st.sampled_from(
+                               [None, "latency-inference", "training", "best-effort"])))
+                for j in range(draw(st.integers(1, 2)))
+            ),
+        )
+        arrivals.append(TimedGang(gang, float(draw(st.integers(0, 60))),
+                                  float(draw(st.integers(1, 90)))))
+    arrivals.sort(key=lambda a: a.arrival_s)
+    return Scenario(nodes=nodes, tenants=tuple(Tenant(t) for t in tenants),
+                    arrivals=tuple(arrivals), policy=WATTS)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_scenarios(), st.sampled_from(["firstfit", "bestfit"]), st.booleans(),
+       st.sampled_from([1.0, 5.0, 7.5]))
+def test_random_scenarios_conserve_gangs_and_capacity(
+    sc: Scenario, policy: str, aware: bool, window: float
+) -> None:
+    r = simulate_timed(sc, TimedConfig(policy=policy, interference_aware=aware,
+                                       window_s=window))
+    assert sorted(o.gang for o in r.outcomes) == sorted(a.gang.name for a in sc.arrivals)
+    durations = {a.gang.name: a.duration_s for a in sc.arrivals}
+    for o in r.outcomes:
+        assert o.state in ("departed", "waiting")  # no --until: whatever started has left
+        if o.start_s is not None:
+            assert o.end_s == o.start_s + durations[o.gang]
+            assert o.start_s >= o.arrival_s
+            assert o.start_s / window == pytest.approx(round(o.start_s / window))
+    assert all(-1e-9 <= v <= 1 + 1e-9 for _, v in r.utilisation)
+    assert r.utilisation[-1][1] == pytest.approx(0.0)
+    assert 0 <= r.slo.attainment <= 1 and (not aware or r.slo.attainment == 1.0)
+    assert 1 / len(sc.tenants) - 1e-9 <= r.jain <= 1 + 1e-9
