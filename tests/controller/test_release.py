@@ -3,9 +3,12 @@ restarted controller finishes from the API server alone."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from admission import constants as c
 from admission.controller import translate as tr
@@ -13,7 +16,8 @@ from admission.controller.snapshot import build
 from solver.plan import GangPlacement, PodPlacement
 from solver.types import GpuShare
 from tests.controller.fakeapi import Crash, FakeApi
-from tests.controller.harness import controller, gates, pinned_node, settings
+from tests.controller.harness import controller, gates, pinned_node
+from tests.controller.harness import settings as controller_settings
 from tests.controller.objects import FakeClock, node, pod
 
 GANG = 3
@@ -116,7 +120,7 @@ def test_finishing_gang_holds_its_capacity() -> None:
 
 def test_release_twice_changes_nothing_the_second_time() -> None:
     api = setup()
-    ctl = controller(api, FakeClock(), s=settings())
+    ctl = controller(api, FakeClock(), s=controller_settings())
     built = build(ctl.inventory.view(), ctl.settings, FakeClock()())
     info = built.gangs["team-a/g"]
     gp = GangPlacement("team-a/g", tuple(
@@ -149,3 +153,45 @@ def test_stale_partial_placement_is_overwritten_by_the_next_plan() -> None:
         tr.gang_name(api.pods[partial[0]])].state == "pending"
     ctl.run_cycle()
     assert_consistent_final_state(api)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.sampled_from([1, 2, 4, 8])), min_size=1,
+                max_size=5),
+       st.integers(0, 40), st.integers(1, 3))
+def test_random_gangs_crash_anywhere_never_half_released(gangs, crash_at, nodes) -> None:
+    api = FakeApi()
+    for i in range(nodes):
+        api.add_node(node(f"n{i}", gpus=8))
+    for g, (size, gpus) in enumerate(gangs):
+        for k in range(size):
+            api.add_pod(pod(f"g{g}-{k}", gang=f"g{g}", size=size, gpus=gpus))
+    clock = FakeClock()
+    api.fail_after = crash_at
+    with contextlib.suppress(Crash):
+        controller(api, clock, solve_fn=bestfit).run_cycle()
+    api.fail_after = None
+    for g, (size, _) in enumerate(gangs):
+        keys = [f"team-a/g{g}-{k}" for k in range(size)]
+        out = [k for k in keys if c.SCHEDULING_GATE not in gates(api, k)]
+        if out:
+            plans = {api.pods[k]["metadata"]["annotations"].get(c.ANNOTATION_PLAN) for k in keys}
+            assert len(plans) == 1 and None not in plans, f"gang g{g} half released"
+    # A fresh replica completes what was started and never gives a GPU twice.
+    controller(api, clock, solve_fn=bestfit, identity="replica-1").run_cycle()
+    taken: Counter[tuple[str, int]] = Counter()
+    for g, (size, _) in enumerate(gangs):
+        keys = [f"team-a/g{g}-{k}" for k in range(size)]
+        released = [k for k in keys if c.SCHEDULING_GATE not in gates(api, k)]
+        assert len(released) in (0, size), f"gang g{g}: {len(released)} of {size} released"
+        for k in released:
+            node_name, shares = tr.assigned_shares(api.pods[k])  # type: ignore[misc]
+            assert pinned_node(api, k) == node_name
+            for s in shares:
+                taken[(node_name, s.index)] += s.milli
+    assert not taken or max(taken.values()) <= 1000
+
+
+def bestfit(snapshot):
+    from solver.api import solve
+    return solve(snapshot, solver="bestfit")
