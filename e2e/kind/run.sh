@@ -3,13 +3,14 @@
 # in it to manage the fake GPU nodes, builds and loads Berth's image, deploys config/, then
 # runs e2e/tests with BERTH_E2E_KUBECONFIG pointing at the kind cluster.
 #
-# usage: e2e/kind/run.sh [KUSTOMIZE_DIR] [-- extra pytest args]   (default: config/default)
+# usage: e2e/kind/run.sh [KUSTOMIZE_DIR] [-- extra pytest args]
+#   (default: config/overlays/standalone)
 #   KEEP_CLUSTER=1 keeps the kind cluster afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source e2e/versions.env
 
-overlay="${1:-config/default}"; [[ $# -gt 0 ]] && shift
+overlay="${1:-config/overlays/standalone}"; [[ $# -gt 0 ]] && shift
 [[ "${1:-}" == "--" ]] && shift
 for tool in docker kind kubectl; do
     command -v "$tool" >/dev/null || { echo "e2e/kind: '$tool' is required on PATH" >&2; exit 1; }
@@ -32,9 +33,11 @@ kubectl apply -f "$kwok_url/stage-fast.yaml"
 kubectl -n kube-system rollout status deployment/kwok-controller --timeout=180s
 
 # Berth's image, loaded into the kind node so no registry is needed.
-docker build -t berth:e2e .
-kind load docker-image berth:e2e --name "$name"
+# The manifests name the image "berth:latest" (config/base images:); imagePullPolicy is
+# IfNotPresent, so the loaded image is used.
+docker build -t berth:latest .
+kind load docker-image berth:latest --name "$name"
 kubectl apply -k "$overlay"
-kubectl -n berth-system rollout status deployment --timeout=180s
+kubectl -n berth-system rollout status deployment/berth --timeout=180s
 
 BERTH_E2E_KUBECONFIG="$kubeconfig" python3 -m pytest -q -m e2e e2e/tests "$@"

@@ -16,7 +16,11 @@ import pytest
 from admission.devcluster.processes import ProcessRecord, group_alive, is_running
 from e2e.helpers import BERTH, eventually
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(bool(os.environ.get("BERTH_E2E_KUBECONFIG")),
+                       reason="tests the local process cluster, not an external one"),
+]
 
 
 def _berth(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
