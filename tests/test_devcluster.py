@@ -136,3 +136,14 @@ def test_dev_cluster_up_without_binaries_says_what_to_build(
     assert main(["dev-cluster", "--dir", str(tmp_path / "c"), "up"]) == 2
     err = capsys.readouterr().err
     assert "is not built" in err and "e2e/build.sh" in err
+
+
+def test_build_scripts_parse_and_refuse_unknown_components(tmp_path: Path) -> None:
+    e2e = binaries.REPO_ROOT / "e2e"
+    for script in ("build.sh", "ci.sh", "kind/run.sh"):
+        done = subprocess.run(["bash", "-n", str(e2e / script)], capture_output=True, text=True)
+        assert done.returncode == 0, f"{script}: {done.stderr}"
+    done = subprocess.run([str(e2e / "build.sh"), "kubelet"], capture_output=True, text=True,
+                          env={**os.environ, "BERTH_E2E_CACHE": str(tmp_path)}, timeout=30)
+    assert done.returncode == 2
+    assert "unknown component: kubelet" in done.stderr
