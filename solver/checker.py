@@ -38,7 +38,7 @@ from enum import StrEnum
 from solver.eligibility import why_not
 from solver.interference import may_share, profile_for, resolve_profiles, within_slo
 from solver.plan import GangPlacement, Plan
-from solver.state import free_capacity
+from solver.state import FreeState, node_free
 from solver.types import (
     GPU,
     MILLI,
@@ -323,13 +323,31 @@ def _share_violations(
     return out
 
 
+def _free_on(snapshot: Snapshot, names: set[str], nodes: dict[str, Node]) -> FreeState:
+    """:func:`solver.state.free_capacity` restricted to the nodes ``names`` (the ones a plan
+    places pods on): the same derivation from the snapshot, without the rest of the cluster."""
+    free = {name: node_free(nodes[name]) for name in names}
+    mem_per_gpu = {name: {g.index: g.memory_mib for g in nodes[name].gpus} for name in names}
+    for r in snapshot.running:
+        f = free.get(r.node)
+        if f is None:
+            continue
+        f.cpu_milli -= r.cpu_milli
+        f.memory_mib -= r.memory_mib
+        for sh in r.gpus:
+            f.gpu_milli[sh.index] -= sh.milli
+            f.gpu_memory_mib[sh.index] -= mem_per_gpu[r.node][sh.index] * sh.milli // MILLI
+    return free
+
+
 def _capacity_violations(
     snapshot: Snapshot,
     admitted: list[GangPlacement],
     gangs: dict[str, Gang],
     nodes: dict[str, Node],
 ) -> list[Violation]:
-    free = free_capacity(snapshot)
+    free = _free_on(snapshot, {pp.node for gp in admitted for pp in gp.pods if pp.node in nodes},
+                    nodes)
     touched_nodes: set[str] = set()
     touched_gpus: set[tuple[str, int]] = set()
     mem_asked: set[tuple[str, int]] = set()
@@ -411,7 +429,11 @@ def _interference_violations(
     # on_gpu[(node, index)]: QoS class of every holder; touched: GPUs the plan adds pods to
     on_gpu: dict[tuple[str, int], list[str | None]] = defaultdict(list)
     touched: set[tuple[str, int]] = set()
+    # only GPUs the plan touches are judged, so only their holders are gathered
+    plan_nodes = {pp.node for gp in admitted for pp in gp.pods}
     for r in snapshot.running:
+        if r.node not in plan_nodes:
+            continue
         for s in r.gpus:
             on_gpu[(r.node, s.index)].append(r.qos_class)
     for gp in admitted:
