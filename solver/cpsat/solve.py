@@ -1,5 +1,8 @@
 """The CP-SAT path for one (sub-)problem, end to end: greedy hint, model, checker, choice.
 
+0. the free capacity (:class:`~solver.baselines.ClusterArrays`) is derived once; the greedy
+   pass places into a copy of it, the candidate filter and the model read it, and the reasons
+   apply the final plan to it last (the checker keeps its own, independent derivation);
 1. best-fit greedy plan: the hint, the fallback and the floor;
 2. the batch model solved within what is left of the time limit;
 3. the checker judges CP-SAT's plan; the greedy plan stands instead when CP-SAT found nothing,
@@ -12,19 +15,40 @@ from __future__ import annotations
 
 import time
 
-from solver.baselines import place
+import numpy as np
+
+from solver.baselines import ClusterArrays, GangPlacer, gang_order
 from solver.checker import check
 from solver.cpsat.instance import plan_weighted_demand
 from solver.cpsat.model import CpsatResult, solve_window
 from solver.cpsat.reasons import deferrals
-from solver.plan import Plan, SolveStats
+from solver.plan import Deferred, GangPlacement, Plan, SolveStats
 from solver.types import Snapshot
 
 GREEDY_HINT = "bestfit"
 # Least time worth building and solving the model for; below it the greedy plan stands.
 MIN_MODEL_SECONDS = 0.05
-# Share of the greedy pass's time kept back for the checker and the reasons after the search.
-POST_SOLVE_SHARE = 0.75
+# Share of the state-and-greedy time kept back for the checker and the reasons after the
+# search (they cost well under it: see bench/solve_scale.md).
+POST_SOLVE_SHARE = 0.5
+
+
+def greedy_hint(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int) -> Plan:
+    """The best-fit plan, placed into a copy of ``arrays`` (``arrays`` stays as it was).
+    The same plan as ``solver.baselines.place(snapshot, "bestfit", seed=seed)``."""
+    t0 = time.perf_counter()
+    placer = GangPlacer(arrays.copy(), GREEDY_HINT, np.random.default_rng(seed))
+    admitted: list[GangPlacement] = []
+    deferred: list[Deferred] = []
+    for gang in gang_order(snapshot):
+        result = placer.place(gang)
+        if isinstance(result, str):
+            deferred.append(Deferred(gang=gang.name, reason=result))
+        else:
+            admitted.append(result)
+    stats = SolveStats(solver=GREEDY_HINT, status="GREEDY",
+                       wall_seconds=time.perf_counter() - t0)
+    return Plan(tuple(admitted), tuple(deferred), stats)
 
 
 def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan) -> tuple[Plan, str]:
@@ -43,31 +67,40 @@ def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan) -> tuple[Plan, s
 
 def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: int) -> Plan:
     t0 = time.perf_counter()
-    hint = place(snapshot, GREEDY_HINT, seed=seed)
-    greedy_s = time.perf_counter() - t0
-    if time_limit - greedy_s * (1 + POST_SOLVE_SHARE) < MIN_MODEL_SECONDS:
-        # the greedy plan alone used the budget: stay on time with it
+    arrays = ClusterArrays(snapshot)
+    state_s = time.perf_counter() - t0
+    hint = greedy_hint(snapshot, arrays, seed=seed)
+    greedy_s = time.perf_counter() - t0 - state_s
+    spent = state_s + greedy_s
+    if time_limit - spent * (1 + POST_SOLVE_SHARE) < MIN_MODEL_SECONDS:
+        # the state and the greedy plan used the budget: stay on time with it
         stats = SolveStats(solver="cpsat", status="NOT_STARTED",
                            wall_seconds=time.perf_counter() - t0, fallback=True,
-                           detail={"greedy_seconds": greedy_s, "fallback_no_time": 1.0})
+                           detail={"state_seconds": state_s, "greedy_seconds": greedy_s,
+                                   "fallback_no_time": 1.0})
         return Plan(hint.admitted, hint.deferred, stats)  # the greedy policy's own reasons
-    # keep back time for what follows the search (checker, reasons): each derives the free
-    # capacity again, about what the greedy policy's own state cost
-    reserve = POST_SOLVE_SHARE * greedy_s
+    # keep back time for what follows the search (checker, reasons)
+    reserve = POST_SOLVE_SHARE * spent
     result = solve_window(snapshot, hint=hint,
-                          time_limit=max(MIN_MODEL_SECONDS, time_limit - greedy_s - reserve),
-                          seed=seed, workers=workers)
+                          time_limit=max(MIN_MODEL_SECONDS, time_limit - spent - reserve),
+                          seed=seed, workers=workers, arrays=arrays)
+    t1 = time.perf_counter()
     plan, why = choose(snapshot, result, hint)
+    check_s = time.perf_counter() - t1
     detail = {
+        "state_seconds": state_s,
         "greedy_seconds": greedy_s,
         "build_seconds": result.build_seconds,
         "cpsat_seconds": result.solve_seconds,
+        "check_seconds": check_s,
         **{f"term_{k}": v for k, v in result.terms.items()},
         **result.size,
     }
     if why:
         detail[f"fallback_{why}"] = 1.0
-    deferred = deferrals(snapshot, plan, result.arrays)
+    t2 = time.perf_counter()
+    deferred = deferrals(snapshot, plan, arrays)  # the last use of arrays: changed in place
+    detail["reasons_seconds"] = time.perf_counter() - t2
     stats = SolveStats(solver="cpsat", status=result.status,
                        wall_seconds=time.perf_counter() - t0, objective=result.objective,
                        bound=result.bound, fallback=bool(why), detail=detail)

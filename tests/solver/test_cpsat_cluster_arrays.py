@@ -107,3 +107,16 @@ def test_sharing_problem_still_consulted_for_constrained_slots() -> None:
     pod = PodRequest("x", 100, 100, 1, 200)
     assert sharing_problem(policy, ["solo", None]) is not None
     assert a.gpu_fits(pod, a.node_fits(pod)).tolist() == [[False, True]]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_greedy_hint_on_shared_arrays_is_the_best_fit_plan(s: Snapshot) -> None:
+    from solver.baselines import place
+    from solver.cpsat.solve import greedy_hint
+    a = ClusterArrays(s)
+    gfree = a.gfree.copy()
+    hint = greedy_hint(s, a, seed=3)
+    ref = place(s, "bestfit", seed=3)
+    assert hint.admitted == ref.admitted and hint.deferred == ref.deferred
+    assert np.array_equal(a.gfree, gfree)  # placed into a copy
