@@ -129,12 +129,26 @@ def make_namespace(core: client.CoreV1Api, base: str) -> str:
             time.sleep(0.2)
 
 
+def drop_namespace(api: client.ApiClient, name: str, timeout: float = 30) -> None:
+    """Delete a test namespace. Its Jobs (which would recreate pods) and pods are deleted first
+    and waited for, so the shared GPU fleet is free again when the next test starts (namespace
+    deletion alone is lazy)."""
+    core = client.CoreV1Api(api)
+    client.BatchV1Api(api).delete_collection_namespaced_job(
+        name, propagation_policy="Background")
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    deadline = time.monotonic() + timeout
+    while core.list_namespaced_pod(name).items and time.monotonic() < deadline:
+        time.sleep(0.2)
+    core.delete_namespace(name, grace_period_seconds=0)
+
+
 @pytest.fixture
 def namespace(cluster: E2ECluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace per test, deleted afterwards."""
     name = make_namespace(cluster.core, request.node.name)
     yield name
-    cluster.core.delete_namespace(name, grace_period_seconds=0)
+    drop_namespace(cluster.api, name)
 
 
 @pytest.fixture
@@ -145,4 +159,4 @@ def tenant_namespaces(cluster: E2ECluster, request: pytest.FixtureRequest
             for t in ("team-a", "team-b")}
     yield made
     for name in made.values():
-        cluster.core.delete_namespace(name, grace_period_seconds=0)
+        drop_namespace(cluster.api, name)

@@ -21,7 +21,7 @@ from kubernetes.client.rest import ApiException
 from admission import constants as c
 from admission.devcluster.nodes import TOPOLOGY_LABELS
 from e2e.berth import BerthWebhook, berth_webhook
-from e2e.conftest import E2ECluster, make_namespace
+from e2e.conftest import E2ECluster, drop_namespace, make_namespace
 from e2e.helpers import eventually, pod_manifest
 from e2e.rbac import install_rbac, service_account_kubeconfig, uninstall_rbac
 
@@ -59,7 +59,7 @@ def berth(cluster: E2ECluster, tenant_namespaces: dict[str, str],
             assert not forbidden, "berth serve was refused by RBAC:\n" + "\n".join(forbidden)
     finally:
         uninstall_rbac(cluster.api, created)
-        cluster.core.delete_namespace(home, grace_period_seconds=0)
+        drop_namespace(cluster.api, home)
 
 
 def _job(name: str, *, pods: int, gpus: int, topology: str) -> dict[str, Any]:
