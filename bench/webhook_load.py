@@ -12,6 +12,7 @@ medians go into the table. Results: bench/webhook_load.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -28,6 +29,10 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.webhook_load_kueue import KUEUE_VERSION, PATH, kueue_webhook  # noqa: E402
+
 POLICY = REPO / "config" / "policy" / "sample-policy.yaml"
 # Reviews/s a bare aiohttp TLS handler answers on this two-core machine when it is otherwise
 # idle (wrk on the other core), as measured when the targets were set.
@@ -98,8 +103,11 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=ctx, acces
 """
 
 
-def training_pod_review() -> dict[str, object]:
-    """A pod of an indexed training Job: ten env entries, GPU tolerations; about 1 KB."""
+def training_pod_review(kueue: bool = False) -> dict[str, object]:
+    """A pod of an indexed training Job: ten env entries, GPU tolerations; about 1 KB.
+
+    ``kueue``: the same pod as a plain pod in Kueue's vocabulary (queue-name label, no owner),
+    which is what Kueue's pod webhook acts on; a Job's pods are the Job integration's."""
     env = [("NCCL_DEBUG", "WARN"), ("NCCL_IB_DISABLE", "0"), ("MASTER_ADDR", "llama-ft-0.llama-ft"),
            ("MASTER_PORT", "29500"), ("WORLD_SIZE", "16"), ("OMP_NUM_THREADS", "8"),
            ("PYTHONUNBUFFERED", "1"), ("HF_HOME", "/cache/hf"), ("WANDB_MODE", "offline"),
@@ -129,6 +137,11 @@ def training_pod_review() -> dict[str, object]:
             ],
         },
     }
+    if kueue:
+        meta = pod["metadata"]
+        assert isinstance(meta, dict)
+        del meta["ownerReferences"]
+        meta["labels"] = {"kueue.x-k8s.io/queue-name": "team-a-queue", "app": "llama-ft"}
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "0a1e7c52-3b8e-4f7e-a7a5-2c51b8e3c901",
         "kind": {"group": "", "version": "v1", "kind": "Pod"},
@@ -180,9 +193,10 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def wrk(port: int, script: Path, seconds: int, connections: int, core: str) -> dict[str, float]:
+def wrk(port: int, script: Path, seconds: int, connections: int, core: str,
+        path: str = "/mutate-pods") -> dict[str, float]:
     cmd = ["taskset", "-c", core, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s",
-           "-s", str(script), f"https://127.0.0.1:{port}/mutate-pods"]
+           "-s", str(script), f"https://127.0.0.1:{port}{path}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60).stdout
     m = re.search(r"^BENCH (\{.*\})$", out, re.M)
     if not m:
@@ -238,6 +252,10 @@ def conditions() -> str:
             f"{load[1]:.2f} {load[2]:.2f}; Python {sys.version.split()[0]}; {wrk_version}")
 
 
+NAMES = {"bare": "bare aiohttp TLS handler", "berth": "`berth webhook`",
+         "kueue": f"Kueue {KUEUE_VERSION} pod webhook"}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=int, action="append",
@@ -247,6 +265,9 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=32, help="wrk connections (keep-alive)")
     ap.add_argument("--server-core", default="0")
     ap.add_argument("--wrk-core", default="1")
+    ap.add_argument("--kueue", action="store_true",
+                    help="also measure Kueue's pod webhook (needs e2e/build.sh's binaries); "
+                    "all servers then get the plain-pod variant of the payload")
     ap.add_argument("--write", action="store_true", help="write bench/webhook_load.md")
     args = ap.parse_args()
     args.rate = args.rate or [2000]
@@ -255,18 +276,34 @@ def main() -> int:
             hint = "apt-get update && apt-get install -y wrk" if tool == "wrk" else \
                 "apt-get install -y util-linux"
             raise SystemExit(f"{tool} is missing: install it with `{hint}`")
+    kinds = ["bare", "berth", *(["kueue"] if args.kueue else [])]
+    started = conditions()
+    with contextlib.ExitStack() as stack:
+        kueue = None
+        if args.kueue:
+            port = free_port()
+            ca, pid = stack.enter_context(kueue_webhook(port, args.server_core))
+            kueue = (port, ca, pid)
+        results, body_bytes = measure(args, kinds, kueue)
+    report = render(results, args, kinds, started, body_bytes)
+    print(report)
+    if args.write:
+        (REPO / "bench" / "webhook_load.md").write_text(report)
+    return 0
 
+
+def measure(args: argparse.Namespace, kinds: list[str], kueue: tuple[int, Path, int] | None
+            ) -> tuple[dict[str, dict[str, list[float]]], int]:
+    """results[kind][key] -> one value per round; keys "p99_ms@2000", "sat_rps", ..."""
     from admission.certs import write_bundle
 
-    started = conditions()
-    # results[kind][key] -> one value per round; keys "p99_ms@2000", "sat_rps", ...
-    results: dict[str, dict[str, list[float]]] = {"bare": {}, "berth": {}}
+    results: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         certs = tmp / "certs"
         write_bundle(certs, "127.0.0.1")
         body = tmp / "review.json"
-        body.write_text(json.dumps(training_pod_review(), separators=(",", ":")))
+        body.write_text(json.dumps(training_pod_review(kueue=args.kueue), separators=(",", ":")))
         body_bytes = body.stat().st_size
         scripts = {}
         for rate in [0, *args.rate]:
@@ -274,16 +311,22 @@ def main() -> int:
             scripts[rate].write_text(LUA.replace("__BODY__", str(body)).replace(
                 "__INTERVAL__", repr(1000 / rate) if rate else "0"))
         for rnd in range(args.rounds):
-            for kind in ("bare", "berth"):
+            for kind in kinds:
                 row = results[kind]
-                port = free_port()
-                proc = start(kind, port, certs, args.server_core)
+                proc = None
+                if kind == "kueue":
+                    assert kueue is not None
+                    port, ca, pid, path = *kueue, PATH
+                else:
+                    port, ca, path = free_port(), certs / "ca.crt", "/mutate-pods"
+                    proc = start(kind, port, certs, args.server_core)
+                    pid = proc.pid
                 try:
-                    wrk(port, scripts[0], 3, args.connections, args.wrk_core)  # warm-up
+                    wrk(port, scripts[0], 3, args.connections, args.wrk_core, path)  # warm-up
                     line = f"round {rnd + 1} {kind:5s}:"
                     for rate in args.rate:
                         fixed = wrk(port, scripts[rate], args.seconds, args.connections,
-                                    args.wrk_core)
+                                    args.wrk_core, path)
                         for key in ("p50", "p90", "p99", "p999"):
                             row.setdefault(f"{key}_ms@{rate}", []).append(fixed[f"{key}_us"] / 1e3)
                         row.setdefault(f"rps@{rate}", []).append(fixed["rps"])
@@ -292,13 +335,14 @@ def main() -> int:
                         line += (f" {rate}/s -> {fixed['rps']:.0f}/s p50 "
                                  f"{fixed['p50_us'] / 1e3:.2f} ms "
                                  f"p99 {fixed['p99_us'] / 1e3:.2f} ms;")
-                    cpu0 = cpu_seconds(proc.pid)
-                    sat = wrk(port, scripts[0], args.seconds, args.connections, args.wrk_core)
-                    cpu_us = (cpu_seconds(proc.pid) - cpu0) / max(sat["requests"], 1) * 1e6
-                    review_us = server_review_mean_us(port, certs / "ca.crt") \
-                        if kind == "berth" else None
+                    cpu0 = cpu_seconds(pid)
+                    sat = wrk(port, scripts[0], args.seconds, args.connections, args.wrk_core,
+                              path)
+                    cpu_us = (cpu_seconds(pid) - cpu0) / max(sat["requests"], 1) * 1e6
+                    review_us = server_review_mean_us(port, ca) if kind == "berth" else None
                 finally:
-                    stop(proc)
+                    if proc is not None:
+                        stop(proc)
                 row.setdefault("sat_rps", []).append(sat["rps"])
                 row.setdefault("sat_p99_ms", []).append(sat["p99_us"] / 1e3)
                 row.setdefault("cpu_us", []).append(cpu_us)
@@ -308,26 +352,27 @@ def main() -> int:
                 print(f"{line} saturation {sat['rps']:.0f}/s (p99 {sat['p99_us'] / 1e3:.2f} ms); "
                       f"server CPU {cpu_us:.0f} us/review"
                       + (f"; review() mean {review_us:.0f} us" if review_us else ""), flush=True)
-    report = render(results, args, started, body_bytes)
-    print(report)
-    if args.write:
-        (REPO / "bench" / "webhook_load.md").write_text(report)
-    return 0
+    return results, body_bytes
 
 
 def render(results: dict[str, dict[str, list[float]]], args: argparse.Namespace,
-           started: str, body_bytes: int) -> str:
+           kinds: list[str], started: str, body_bytes: int) -> str:
     def med(kind: str, key: str) -> float:
         values = results[kind].get(key) or [float("nan")]
         return statistics.median(values)
 
-    def row(label: str, key: str, unit: str, fmt: str, ratio: bool = True) -> str:
-        b, r = med("bare", key), med("berth", key)
-        cells = f"| {label} | {b:{fmt}}{unit} | {r:{fmt}}{unit} |"
-        return cells + (f" {r / b:.2f} |" if ratio and b else " |")
+    others = [k for k in kinds if k != "berth"]
+    head = "| | " + " | ".join(NAMES[k] for k in kinds) + " | " + " | ".join(
+        f"berth/{k}" for k in others) + " |"
+    sep = "|---|" + "---:|" * (len(kinds) + len(others))
 
-    lines = ["| | bare aiohttp TLS handler | `berth webhook` | ratio berth/bare |",
-             "|---|---:|---:|---:|"]
+    def row(label: str, key: str, unit: str, fmt: str, ratio: bool = True) -> str:
+        cells = " | ".join(f"{med(k, key):{fmt}}{unit}" for k in kinds)
+        ratios = " | ".join(f"{med('berth', key) / med(k, key):.2f}" if ratio else ""
+                            for k in others)
+        return f"| {label} | {cells} | {ratios} |"
+
+    lines = [head, sep]
     for rate in args.rate:
         target = " (target <= 3 ms)" if rate == 2000 else ""
         lines += [
@@ -340,15 +385,13 @@ def render(results: dict[str, dict[str, list[float]]], args: argparse.Namespace,
         row("**saturation** (target >= 5,000/s)", "sat_rps", "/s", ".0f"),
         row("p99 at saturation", "sat_p99_ms", " ms", ".2f"),
         row("server CPU per review at saturation", "cpu_us", " us", ".0f"),
-        f"| 1 s / CPU per review (this machine, under this load) | "
-        f"{1e6 / med('bare', 'cpu_us'):.0f}/s | {1e6 / med('berth', 'cpu_us'):.0f}/s | |",
-        f"| errors (socket + non-2xx), all runs | {sum(results['bare']['errors']):.0f} | "
-        f"{sum(results['berth']['errors']):.0f} | |",
-        f"| server-side review() mean, parse to serialised answer (wall) | | "
-        f"{med('berth', 'review_us'):.0f} us | |",
+        "| 1 s / CPU per review (this machine, under this load) | " + " | ".join(
+            f"{1e6 / med(k, 'cpu_us'):.0f}/s" for k in kinds) + " |" + " |" * len(others),
+        "| errors (socket + non-2xx), all runs | " + " | ".join(
+            f"{sum(results[k]['errors']):.0f}" for k in kinds) + " |" + " |" * len(others),
     ]
     per_round = []
-    for kind in ("bare", "berth"):
+    for kind in kinds:
         rates = "; ".join(
             f"p99 at {rate}/s " + ", ".join(f"{v:.2f}" for v in results[kind][f"p99_ms@{rate}"])
             + " ms" for rate in args.rate)
@@ -356,48 +399,64 @@ def render(results: dict[str, dict[str, list[float]]], args: argparse.Namespace,
             f"- {kind}: {rates}; saturation "
             + ", ".join(f"{v:.0f}" for v in results[kind]["sat_rps"]) + "/s; CPU "
             + ", ".join(f"{v:.0f}" for v in results[kind]["cpu_us"]) + " us/review")
-    rate_flags = " ".join(f"--rate {r}" for r in args.rate)
+    flags = " ".join(f"--rate {r}" for r in args.rate) + (" --kueue" if args.kueue else "")
     cpu_ratio = med("berth", "cpu_us") / med("bare", "cpu_us")
     sat_ratio = med("berth", "sat_rps") / med("bare", "sat_rps")
+    if args.kueue:
+        kueue_line = (f"- Kueue's pod webhook (Go, controller-runtime) on the same payload: Berth "
+                      f"reaches {med('berth', 'sat_rps') / med('kueue', 'sat_rps'):.2f}x its "
+                      f"saturation throughput and spends "
+                      f"{med('berth', 'cpu_us') / med('kueue', 'cpu_us'):.2f}x its CPU per "
+                      "review. Kueue answers with its own patch (managed label, role hash, "
+                      "finalizer, its two gates).")
+    else:
+        kueue_line = f"- Kueue's own pod webhook was not measured: {kueue_note()}."
+    payload = ("a plain pod in Kueue's vocabulary (queue-name label, no owner: Kueue's pod "
+               "webhook leaves a Job's pods to its Job integration), otherwise the same "
+               "8-GPU training pod" if args.kueue else
+               "an 8-GPU pod of an indexed Job (ten env entries, two tolerations)")
     reading = [
         "## Reading",
         "",
         f"- Targets: p99 <= 3 ms at 2,000/s and >= 5,000/s at saturation. On this run the "
-        f"bare handler itself reached {med('bare', 'sat_rps'):.0f}/s, against the ~{REFERENCE:,}/s "
-        "such a handler reaches on this machine when it is otherwise idle, so the core the "
-        "servers were pinned to was mostly held by other work; absolute figures here say more "
-        "about that load than about either server.",
+        f"bare handler itself reached {med('bare', 'sat_rps'):.0f}/s, against the "
+        f"~{REFERENCE:,}/s such a handler reaches on this machine when it is otherwise idle, "
+        "so the core the servers were pinned to was mostly held by other work; absolute "
+        "figures here say more about that load than about any of the servers.",
         f"- Same run, same conditions: Berth spends {cpu_ratio:.2f}x the bare handler's CPU per "
         f"review and reaches {sat_ratio:.2f}x its saturation throughput. The bar is that Berth's "
         "review costs at most half of the bare handler's throughput (ratio >= 0.5).",
         f"- Estimate, not a measurement: scaled to the idle reference ({REFERENCE:,}/s) by the "
         f"CPU ratio, Berth would answer about {REFERENCE / cpu_ratio:,.0f} reviews/s on a "
         "dedicated core.",
-        f"- Kueue's own pod webhook was not measured: {kueue_note()}.",
+        kueue_line,
         "",
     ]
     return "\n".join([
-        "# Webhook load: `berth webhook` vs a bare aiohttp TLS handler",
+        "# Webhook load: `berth webhook` next to a bare aiohttp TLS handler"
+        + (" and Kueue's pod webhook" if args.kueue else ""),
         "",
         "Regenerate (writes this file):",
         "",
         "```",
-        f"python3 bench/webhook_load.py {rate_flags} --seconds {args.seconds} "
+        f"python3 bench/webhook_load.py {flags} --seconds {args.seconds} "
         f"--rounds {args.rounds} --connections {args.connections} --write",
         "```",
         "",
         f"Each server runs alone on core {args.server_core} (`taskset`), wrk on core "
         f"{args.wrk_core} with one thread and {args.connections} keep-alive TLS connections. "
-        f"The body is a {body_bytes}-byte AdmissionReview of an 8-GPU pod of an indexed Job "
-        "(ten env entries, two tolerations) in the managed namespace team-a, so Berth runs its "
-        "whole review and answers with a JSON Patch (labels, annotations, env, gate). The bare "
-        "handler parses the review (standard-library json, as the reference figure was taken) "
-        "and returns a fixed patch; Berth parses and serialises with orjson. Medians of "
-        f"{args.rounds} rounds, servers alternating within each round; each round is a 3 s "
-        f"warm-up, {args.seconds} s at each fixed rate, {args.seconds} s flat out. Server CPU "
-        "per review is the server process's user+system time (from /proc) over the flat-out "
-        "run divided by the reviews answered: unlike latency and throughput it does not count "
-        "time spent waiting for a core that other work holds.",
+        f"The body is a {body_bytes}-byte AdmissionReview of {payload}, in the managed "
+        "namespace team-a, so Berth runs its whole review and answers with a JSON Patch "
+        "(labels, annotations, env, gate). The bare handler parses the review (standard-library "
+        "json, as the reference figure was taken) and returns a fixed patch; Berth parses and "
+        f"serialises with orjson. Medians of {args.rounds} rounds, servers alternating within "
+        f"each round; each round is a 3 s warm-up, {args.seconds} s at each fixed rate, "
+        f"{args.seconds} s flat out. Server CPU per review is the server process's user+system "
+        "time (from /proc) over the flat-out run divided by the reviews answered: unlike "
+        "latency and throughput it does not count time spent waiting for a core that other "
+        "work holds."
+        + (" Kueue runs against a local control plane (admission.devcluster) started for the "
+           "run, which stays idle while the servers are measured." if args.kueue else ""),
         "",
         "Fixed rate: Debian's wrk 4.1 has no wrk2 `-R`, so a Lua `delay()` paces requests on a "
         "fixed schedule (monotonic clock through LuaJIT's ffi). Latency is measured from the "
