@@ -124,7 +124,10 @@ def quota_usage_milli(snapshot: Snapshot, plan: Plan | None = None) -> dict[str,
     used: dict[str, int] = defaultdict(int)
     for r in snapshot.running:
         if r.tenant is not None:
-            used[r.tenant] += sum(s.milli for s in r.gpus)
+            milli = 0
+            for s in r.gpus:
+                milli += s.milli
+            used[r.tenant] += milli
     if plan is not None:
         gangs = {g.name: g for g in snapshot.gangs}
         for gp in plan.admitted:
