@@ -41,7 +41,9 @@ from solver.types import MILLI, Gang, Node, Running, Snapshot, Tenant
 
 # Sizes past which one model gets slow; see bench/solve_scale.md for the curve.
 NODES_PER_PART = 2000
-PODS_PER_PART = 200
+# Parts of ~100 pods build and solve in ~0.15 s of CPU each (bench/solve_scale.md), so more
+# parts than cores still finish inside a 2 s budget, where 200-pod parts could not.
+PODS_PER_PART = 100
 MIN_NODES_PER_PART = 250
 GROUP_LEVELS = ("block", "zone", "rack")
 
@@ -82,29 +84,16 @@ def split_nodes(snapshot: Snapshot, parts: int) -> list[list[Node]]:
     return [p for p in out if p]
 
 
-def _free_by_model(nodes: list[Node], running: list[Running]) -> dict[str, int]:
-    model_of = {(n.name, g.index): g.model for n in nodes for g in n.gpus}
-    free: dict[str, int] = defaultdict(int)
-    for (_n, _i), m in model_of.items():
-        free[m] += MILLI
-    for r in running:
-        for s in r.gpus:
-            free[model_of[(r.node, s.index)]] -= s.milli
-    return free
-
-
-def _assign_gangs(
-    snapshot: Snapshot, parts: list[list[Node]], running: list[list[Running]]
-) -> list[list[Gang]]:
-    out: list[list[Gang]] = [[] for _ in parts]
-    room = [_free_by_model(p, r) for p, r in zip(parts, running, strict=True)]
+def _assign_gangs(snapshot: Snapshot, room: list[dict[str, int]]) -> list[list[Gang]]:
+    """Deal gangs to parts; ``room[j][model]``: free milli-GPU of each GPU model in part j."""
+    out: list[list[Gang]] = [[] for _ in room]
     for gang in sorted(snapshot.gangs, key=lambda g: (-g.gpu_demand_milli, g.name)):
         wanted = set().union(*(p.models for p in gang.pods))
 
         def space(j: int, wanted: set[str] = wanted) -> int:
             return sum(v for m, v in room[j].items() if not wanted or m in wanted)
 
-        j = max(range(len(parts)), key=lambda i: (space(i), -i))
+        j = max(range(len(room)), key=lambda i: (space(i), -i))
         out[j].append(gang)
         take = gang.gpu_demand_milli
         for m in sorted(room[j], key=lambda m: -room[j][m]):
@@ -118,10 +107,11 @@ def _assign_gangs(
     return out
 
 
-def tenant_caps(snapshot: Snapshot) -> dict[str, int]:
+def tenant_caps(snapshot: Snapshot, run: dict[str, int] | None = None) -> dict[str, int]:
     """Most GPU milli each tenant with a quota may use after this window, chosen so that the
-    borrowing they allow always fits in what lenders leave idle."""
-    run = quota_usage_milli(snapshot)
+    borrowing they allow always fits in what lenders leave idle (``run``: the tenants' running
+    usage, :func:`solver.checker.quota_usage_milli`, when already known)."""
+    run = quota_usage_milli(snapshot) if run is None else run
     demand: dict[str, int] = defaultdict(int)
     for g in snapshot.gangs:
         demand[g.tenant] += g.gpu_demand_milli
@@ -153,10 +143,9 @@ def tenant_caps(snapshot: Snapshot) -> dict[str, int]:
 
 
 def _part_tenants(
-    snapshot: Snapshot, caps: dict[str, int], local_run: dict[str, int],
+    snapshot: Snapshot, caps: dict[str, int], run: dict[str, int], local_run: dict[str, int],
     local_demand: dict[str, int], demand: dict[str, int],
 ) -> tuple[Tenant, ...]:
-    run = quota_usage_milli(snapshot)
     tenants = []
     for t in snapshot.tenants:
         if t.quota_milli is None:
@@ -172,12 +161,34 @@ def _part_tenants(
 def sub_problems(snapshot: Snapshot, parts: int) -> list[Snapshot]:
     """The parts as snapshots of their own."""
     node_parts = split_nodes(snapshot, parts)
-    part_of = {n.name: j for j, p in enumerate(node_parts) for n in p}
+    part_of: dict[str, int] = {}
+    room: list[dict[str, int]] = [defaultdict(int) for _ in node_parts]
+    model_of: dict[str, dict[int, str]] = {}
+    for j, p in enumerate(node_parts):
+        for n in p:
+            part_of[n.name] = j
+            model_of[n.name] = {gpu.index: gpu.model for gpu in n.gpus}
+            for gpu in n.gpus:
+                room[j][gpu.model] += MILLI
+    # one pass over the running pods: their part, the GPU room they take, tenants' usage
     running: list[list[Running]] = [[] for _ in node_parts]
+    local_run: list[dict[str, int]] = [defaultdict(int) for _ in node_parts]
+    run: dict[str, int] = defaultdict(int)
     for r in snapshot.running:
-        running[part_of[r.node]].append(r)
-    gang_parts = _assign_gangs(snapshot, node_parts, running)
-    caps = tenant_caps(snapshot)
+        j = part_of[r.node]
+        running[j].append(r)
+        if not r.gpus:
+            continue
+        models = model_of[r.node]
+        used = 0
+        for sh in r.gpus:
+            room[j][models[sh.index]] -= sh.milli
+            used += sh.milli
+        if r.tenant is not None:
+            local_run[j][r.tenant] += used
+            run[r.tenant] += used
+    gang_parts = _assign_gangs(snapshot, room)
+    caps = tenant_caps(snapshot, dict(run))
     demand: dict[str, int] = defaultdict(int)
     for g in snapshot.gangs:
         demand[g.tenant] += g.gpu_demand_milli
@@ -186,48 +197,70 @@ def sub_problems(snapshot: Snapshot, parts: int) -> list[Snapshot]:
         local_demand: dict[str, int] = defaultdict(int)
         for g in gang_parts[j]:
             local_demand[g.tenant] += g.gpu_demand_milli
-        sub = Snapshot(nodes=tuple(nodes), gangs=tuple(gang_parts[j]),
-                       running=tuple(running[j]), tenants=snapshot.tenants,
-                       policy=snapshot.policy)
-        local_run = quota_usage_milli(sub)
-        tenants = _part_tenants(snapshot, caps, local_run, local_demand, demand)
-        out.append(replace(sub, tenants=tenants))
+        tenants = _part_tenants(snapshot, caps, run, local_run[j], local_demand, demand)
+        out.append(Snapshot(nodes=tuple(nodes), gangs=tuple(gang_parts[j]),
+                            running=tuple(running[j]), tenants=tenants,
+                            policy=snapshot.policy))
     return out
 
 
 # Sub-problems handed to forked workers: set just before the pool starts, read by index.
 _FORK_JOBS: list[Snapshot] = []
 
+# Share of the time left after the split that the parts' waves may use; the rest is for
+# starting workers, merging and the caller's own checks.
+PARTS_SHARE = 0.85
 
-def _run_forked(j: int, time_limit: float, seed: int) -> Plan:
-    return solve_cpsat(_FORK_JOBS[j], time_limit=time_limit, seed=seed, workers=1)
+
+def part_time_limit(sub: Snapshot, per_part: float, deadline: float, seed: int) -> Plan:
+    """Solve one part within ``per_part`` seconds, and never past ``deadline`` (a
+    ``time.perf_counter`` instant, the same clock in forked workers): a part that starts late
+    because an earlier wave overran gets only what is left, down to its greedy plan."""
+    limit = min(per_part, deadline - time.perf_counter())
+    return solve_cpsat(sub, time_limit=max(0.01, limit), seed=seed, workers=1)
+
+
+def _run_forked(j: int, per_part: float, deadline: float, seed: int) -> Plan:
+    return part_time_limit(_FORK_JOBS[j], per_part, deadline, seed)
 
 
 def solve_partitioned(
     snapshot: Snapshot, *, parts: int, time_limit: float, seed: int, workers: int,
     processes: bool = False,
 ) -> Plan:
-    """Solve the sub-problems ``workers`` at a time and merge them into one plan."""
+    """Solve the sub-problems ``workers`` at a time and merge them into one plan.
+
+    Each part gets an equal share of the time left after the split, per wave of ``workers``
+    parts; all parts share one deadline, so the whole stays within ``time_limit`` even when a
+    wave overruns (later parts then keep their greedy plans)."""
     global _FORK_JOBS
     t0 = time.perf_counter()
     subs = sub_problems(snapshot, parts)
     split_s = time.perf_counter() - t0
     waves = math.ceil(len(subs) / max(1, workers))
-    per_part = max(0.05, (time_limit - split_s) * 0.9 / waves)
+    budget = max(0.0, time_limit - split_s) * PARTS_SHARE
+    per_part = max(0.05, budget / waves)
+    deadline = t0 + split_s + budget
     pool: Executor
     if processes:
         _FORK_JOBS = subs
         pool = ProcessPoolExecutor(max_workers=workers,
                                    mp_context=multiprocessing.get_context("fork"))
         with pool:
-            futures = [pool.submit(_run_forked, j, per_part, seed) for j in range(len(subs))]
+            futures = [pool.submit(_run_forked, j, per_part, deadline, seed)
+                       for j in range(len(subs))]
             plans = [f.result() for f in futures]
         _FORK_JOBS = []
     else:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             plans = list(pool.map(
-                lambda s: solve_cpsat(s, time_limit=per_part, seed=seed, workers=1), subs))
-    return merge(snapshot, plans, split_s, time.perf_counter() - t0)
+                lambda s: part_time_limit(s, per_part, deadline, seed), subs))
+    t1 = time.perf_counter()
+    plan = merge(snapshot, plans, split_s, t1 - t0)
+    detail = {**plan.stats.detail, "parts_seconds": t1 - t0 - split_s,
+              "merge_seconds": time.perf_counter() - t1}
+    stats = replace(plan.stats, wall_seconds=time.perf_counter() - t0, detail=detail)
+    return replace(plan, stats=stats)
 
 
 def _within_quota(

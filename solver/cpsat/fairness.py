@@ -35,14 +35,8 @@ def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
         return []
     cpu_k = base / ccap if ccap else 0.0
     mem_k = base / mcap if mcap else 0.0
-    run_gpu: dict[str, int] = defaultdict(int)
-    run_cpu: dict[str, int] = defaultdict(int)
-    run_mem: dict[str, int] = defaultdict(int)
-    for r in snap.running:
-        if r.tenant is not None:
-            run_gpu[r.tenant] += sum(s.milli for s in r.gpus)
-            run_cpu[r.tenant] += r.cpu_milli
-            run_mem[r.tenant] += r.memory_mib
+    usage = inst.running_by_tenant()
+    run_gpu, run_cpu, run_mem = usage.gpu_milli, usage.cpu_milli, usage.memory_mib
     weights = {t: snap.tenant(t).weight for t in tenant_gangs}
     mean_w = sum(weights.values()) / len(weights)
     exprs_of: dict[str, list[tuple[int, list[int]]]] = {}
@@ -51,8 +45,8 @@ def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
         cpu = [round(sum(p.cpu_milli for p in inst.gangs[g].pods) * cpu_k) for g in gis]
         mem = [round(sum(p.memory_mib for p in inst.gangs[g].pods) * mem_k) for g in gis]
         gpu = [inst.gangs[g].gpu_demand_milli for g in gis]
-        exprs_of[t] = [(run_gpu[t], gpu), (round(run_cpu[t] * cpu_k), cpu),
-                       (round(run_mem[t] * mem_k), mem)]
+        exprs_of[t] = [(run_gpu.get(t, 0), gpu), (round(run_cpu.get(t, 0) * cpu_k), cpu),
+                       (round(run_mem.get(t, 0) * mem_k), mem)]
         top = max([top] + [c + sum(xs) for c, xs in exprs_of[t]])
     # low: the smallest weighted dominant share over tenants with pending gangs (milli-GPU eq.)
     w_of = {t: max(1, round(WEIGHT_SCALE * weights[t] / mean_w)) for t in tenant_gangs}

@@ -9,6 +9,7 @@ candidate lists here (see :mod:`solver.cpsat.candidates`) is what keeps the mode
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,6 +73,15 @@ class Candidate:
     gpus: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class TenantUsage:
+    """What the running pods of each tenant hold (pods without a tenant are not counted)."""
+
+    gpu_milli: dict[str, int]
+    cpu_milli: dict[str, int]
+    memory_mib: dict[str, int]
+
+
 @dataclass(slots=True)
 class Instance:
     snapshot: Snapshot
@@ -83,6 +93,7 @@ class Instance:
     candidates: list[list[Candidate]] = field(default_factory=list)  # pod -> where it may go
     _slots: dict[str, dict[int, int]] = field(default_factory=dict)
     _domains: dict[str, IntArray] = field(default_factory=dict)
+    _by_tenant: TenantUsage | None = None
 
     @property
     def weights(self) -> Weights:
@@ -93,6 +104,25 @@ class Instance:
         gang = self.gangs[g]
         value = self.weights.demand * gang_demand_milli(gang) * priority_weight(gang, self.weights)
         return round(OBJECTIVE_SCALE * value)
+
+    def running_by_tenant(self) -> TenantUsage:
+        """Per-tenant usage of the running pods, summed once per solve (quota and fairness
+        both need it; ``gpu_milli`` equals :func:`solver.checker.quota_usage_milli`)."""
+        if self._by_tenant is None:
+            gpu: dict[str, int] = defaultdict(int)
+            cpu: dict[str, int] = defaultdict(int)
+            mem: dict[str, int] = defaultdict(int)
+            for r in self.snapshot.running:
+                t = r.tenant
+                if t is not None:
+                    milli = 0
+                    for s in r.gpus:
+                        milli += s.milli
+                    gpu[t] += milli
+                    cpu[t] += r.cpu_milli
+                    mem[t] += r.memory_mib
+            self._by_tenant = TenantUsage(dict(gpu), dict(cpu), dict(mem))
+        return self._by_tenant
 
     # --- free capacity, by node name and GPU index -------------------------------------------
 

@@ -14,7 +14,6 @@ from collections import defaultdict
 
 from ortools.sat.python import cp_model
 
-from solver.checker import quota_usage_milli
 from solver.cpsat.instance import Instance
 from solver.cpsat.variables import Term, Vars
 
@@ -24,7 +23,7 @@ def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
     tenants = [t for t in snap.tenants if t.quota_milli is not None]
     if not tenants:
         return []
-    run = quota_usage_milli(snap)
+    run = inst.running_by_tenant().gpu_milli
     pending: dict[str, list[int]] = defaultdict(list)
     for gi, gang in enumerate(inst.gangs):
         pending[gang.tenant].append(gi)
