@@ -296,3 +296,44 @@ def test_malformed_pods_in_scope_are_refused_not_crashed() -> None:
     payload["request"]["object"]["spec"]["containers"][0]["resources"] = "lots"
     message = decide(payload)[0].response["status"]["message"]
     assert message.startswith("Berth: spec.containers[0].resources: must be a mapping")
+
+
+def test_several_gpu_containers_add_up_and_each_gets_the_env() -> None:
+    payload = fixture("plain-gpu-pod.json")
+    spec = payload["request"]["object"]["spec"]
+    second = copy.deepcopy(spec["containers"][0])
+    second["name"] = "sidecar"
+    second["resources"] = {"limits": {c.RESOURCE_GPU: "2"}}
+    spec["containers"].append(second)
+    spec["initContainers"] = [{"name": "warmup", "image": "busybox",
+                               "resources": {"limits": {c.RESOURCE_GPU: "4"}}}]
+    _, pod = decide(payload)
+    # 1 + 2 in the main containers, 4 in the init container that runs alone first: 4
+    assert pod["metadata"]["annotations"][c.ANNOTATION_GPU_COUNT] == "4"
+    assert c.ENV_GPU_ASSIGNMENT in env_of(pod, 0) and c.ENV_GPU_ASSIGNMENT in env_of(pod, 1)
+
+
+def test_time_slicing_without_a_renamed_resource_counts_whole_gpus_in_slots() -> None:
+    policy = policy_from("""\
+        tenants: [{name: team-b, namespaces: [team-b]}]
+        sharing: {backend: time-slicing, timeSlicing: {resourceName: nvidia.com/gpu,
+                  replicas: 4}}
+        """)
+    payload = fixture("plain-gpu-pod.json")
+    res = payload["request"]["object"]["spec"]["containers"][0]["resources"]
+    res["limits"][c.RESOURCE_GPU] = res["requests"][c.RESOURCE_GPU] = "2"
+    _, pod = decide(payload, policy)
+    res = pod["spec"]["containers"][0]["resources"]
+    assert res["limits"][c.RESOURCE_GPU] == res["requests"][c.RESOURCE_GPU] == "8"
+    assert pod["metadata"]["annotations"][c.ANNOTATION_GPU_COUNT] == "2"
+
+
+def test_mps_share_without_memory_sets_only_the_thread_percentage() -> None:
+    policy = policy_from("""\
+        tenants: [{name: team-a, namespaces: [team-a]}]
+        sharing: {backend: mps, fractionGrid: [0.25, 0.5, 1.0]}
+        """)
+    _, pod = decide(fixture("kai-fraction-pod.json"), policy)
+    env = env_of(pod)
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env
