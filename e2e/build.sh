@@ -157,7 +157,9 @@ build_volcano_in_cwd() {
     go get "volcano.sh/volcano/cmd/scheduler@$v"
     mkdir -p bin share/crd
     go build -ldflags "$ldflags_strip" -o bin/vc-scheduler volcano.sh/volcano/cmd/scheduler
-    cp "$src"/config/crd/volcano/bases/scheduling.volcano.sh_*.yaml share/crd/
+    # The scheduler's cache waits for its informers, NUMA topology included: all three CRDs.
+    cp "$src"/config/crd/volcano/bases/scheduling.volcano.sh_*.yaml \
+       "$src"/config/crd/volcano/bases/nodeinfo.volcano.sh_*.yaml share/crd/
     chmod -R u+w share
 }
 
