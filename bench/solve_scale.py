@@ -35,14 +35,23 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
 
 
-CPU: list[float] = []  # process CPU seconds of each run(): the wall time on an idle machine
+CPU: list[float] = []  # CPU seconds of each run(), this process and its forked workers
+
+
+def cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def load() -> str:
+    return f"load {os.getloadavg()[0]:.1f}"
 
 
 def run(s: Snapshot, **kw: object) -> tuple[float, Plan]:
-    t, c = time.perf_counter(), time.process_time()
+    t, c = time.perf_counter(), cpu_seconds()
     plan = solve(s, **kw)  # type: ignore[arg-type]
     wall = time.perf_counter() - t
-    CPU.append(time.process_time() - c)
+    CPU.append(cpu_seconds() - c)
     bad = check(s, plan)
     assert not bad, [str(v) for v in bad]
     return wall, plan
@@ -50,7 +59,10 @@ def run(s: Snapshot, **kw: object) -> tuple[float, Plan]:
 
 def openb_latency(windows: int, time_limit: float, workers: int) -> None:
     base = openb_snapshot(64, seed=0)
-    walls, parts = [], {"greedy_seconds": [], "build_seconds": [], "cpsat_seconds": []}
+    keys = ("state_seconds", "greedy_seconds", "build_seconds", "cpsat_seconds",
+            "check_seconds")
+    walls: list[float] = []
+    parts: dict[str, list[float]] = {k: [] for k in keys}
     CPU.clear()
     fallback = gain = 0
     for w in range(1, windows + 1):
@@ -61,14 +73,15 @@ def openb_latency(windows: int, time_limit: float, workers: int) -> None:
             parts[k].append(plan.stats.detail.get(k, 0.0))
         fallback += plan.stats.fallback
         gain += plan_weighted_demand(s, plan) > plan_weighted_demand(s, place(s, "bestfit"))
-    print(f"openb 64-pod windows x{windows}, time_limit={time_limit}s, workers={workers}: "
-          f"p50 {statistics.median(walls) * 1000:.0f} ms, p95 {pct(walls, 0.95) * 1000:.0f} ms, "
-          f"max {max(walls) * 1000:.0f} ms; CPU time p50 {statistics.median(CPU) * 1000:.0f} "
-          f"ms, p95 {pct(CPU, 0.95) * 1000:.0f} ms; median greedy "
-          f"{statistics.median(parts['greedy_seconds']) * 1000:.0f} ms, build "
-          f"{statistics.median(parts['build_seconds']) * 1000:.0f} ms, CP-SAT "
-          f"{statistics.median(parts['cpsat_seconds']) * 1000:.0f} ms; greedy fallback "
-          f"{fallback}/{windows}; more priority-weighted demand than best-fit in {gain}/{windows}")
+    med = {k: statistics.median(v) * 1000 for k, v in parts.items()}
+    print(f"openb 64-pod windows x{windows}, time_limit={time_limit}s, workers={workers} "
+          f"({load()}): p50 {statistics.median(walls) * 1000:.0f} ms, p95 "
+          f"{pct(walls, 0.95) * 1000:.0f} ms, max {max(walls) * 1000:.0f} ms; CPU time p50 "
+          f"{statistics.median(CPU) * 1000:.0f} ms, p95 {pct(CPU, 0.95) * 1000:.0f} ms; median "
+          f"state {med['state_seconds']:.0f} ms, greedy {med['greedy_seconds']:.0f} ms, build "
+          f"{med['build_seconds']:.0f} ms, CP-SAT {med['cpsat_seconds']:.0f} ms, check "
+          f"{med['check_seconds']:.0f} ms; greedy fallback {fallback}/{windows}; more "
+          f"priority-weighted demand than best-fit in {gain}/{windows}")
 
 
 def window_curve(sizes: list[int]) -> None:
@@ -88,23 +101,37 @@ def cluster_curve(sizes: list[int]) -> None:
               f"status {plan.stats.status})")
 
 
-def big(pods: int, nodes: int) -> None:
+def big(pods: int, nodes: int, repeats: int, unpartitioned: bool) -> None:
     s = big_snapshot(pods, nodes=nodes, seed=0)
-    wall_p, part = run(s, time_limit=2.0, workers=2, processes=True)
-    print(f"{nodes} nodes / {8 * nodes} GPUs, {pods} pods, partitioned (auto, 2 processes, "
-          f"limit 2 s): wall {wall_p:.2f} s, status {part.stats.status}, partitions "
-          f"{part.stats.detail.get('partitions', 1):.0f}, admitted {len(part.admitted)}/"
-          f"{len(s.gangs)} gangs")
+    CPU.clear()
+    runs = []
+    for _ in range(repeats):
+        wall, plan = run(s, time_limit=2.0, workers=2, processes=True)
+        d = plan.stats.detail
+        runs.append((wall, plan))
+        print(f"{nodes} nodes / {8 * nodes} GPUs, {pods} pods, partitioned (auto, 2 processes, "
+              f"limit 2 s, {load()}): wall {wall:.2f} s, CPU {CPU[-1]:.2f} s (all processes), "
+              f"status {plan.stats.status}, {d.get('partitions', 1):.0f} parts "
+              f"({d.get('parts_fallback', 0):.0f} kept their greedy plan), split "
+              f"{d.get('split_seconds', 0):.2f} s, parts {d.get('parts_seconds', 0):.2f} s, merge "
+              f"{d.get('merge_seconds', 0):.2f} s, admitted {len(plan.admitted)}/{len(s.gangs)}")
+    walls = sorted(w for w, _p in runs)
+    print(f"  partitioned: median wall {statistics.median(walls):.2f} s, median CPU "
+          f"{statistics.median(CPU):.2f} s over {repeats} runs")
+    if not unpartitioned:
+        return
     wall_u, whole = run(s, time_limit=60.0, workers=2, partitions=1)
-    print(f"  unpartitioned (limit 60 s): wall {wall_u:.1f} s, status {whole.stats.status}, "
-          f"admitted {len(whole.admitted)}/{len(s.gangs)} gangs")
-    sp, sw = score_plan(s, part), score_plan(s, whole)
+    print(f"  unpartitioned (limit 60 s, {load()}): wall {wall_u:.1f} s, status "
+          f"{whole.stats.status}, admitted {len(whole.admitted)}/{len(s.gangs)} gangs")
     greedy = score_plan(s, place(s, "bestfit"))
-    assert sp.objective is not None and sw.objective is not None
-    assert greedy.objective is not None
-    print(f"  objective on the whole model: partitioned {sp.objective:.1f}, unpartitioned "
-          f"{sw.objective:.1f} (ratio {sp.objective / sw.objective:.4f}), best-fit "
-          f"{greedy.objective:.1f}")
+    sw = score_plan(s, whole)
+    assert sw.objective is not None and greedy.objective is not None
+    for wall, plan in runs:
+        sp = score_plan(s, plan)
+        assert sp.objective is not None
+        print(f"  objective on the whole model: partitioned ({wall:.2f} s run) "
+              f"{sp.objective:.1f}, unpartitioned {sw.objective:.1f} (ratio "
+              f"{sp.objective / sw.objective:.4f}), best-fit {greedy.objective:.1f}")
 
 
 def main() -> None:
@@ -113,10 +140,13 @@ def main() -> None:
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--only-big", action="store_true")
     ap.add_argument("--only-latency", action="store_true")
+    ap.add_argument("--big-repeats", type=int, default=3)
+    ap.add_argument("--no-unpartitioned", action="store_true",
+                    help="skip the 60 s unpartitioned solve (and the quality ratio)")
     args = ap.parse_args()
     print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} (1 min) at start")
     if args.only_big:
-        big(1000, 10_000)
+        big(1000, 10_000, args.big_repeats, not args.no_unpartitioned)
         return
     for limit, workers in ((0.25, 2), (1.0, 2), (1.0, 1)):
         openb_latency(args.windows, limit, workers=workers)
@@ -127,7 +157,7 @@ def main() -> None:
     print("solve time against cluster size (generated, 97% full, 64-pod window, limit 1 s):")
     cluster_curve([1000, 2500, 5000] + ([] if args.skip_big else [10000]))
     if not args.skip_big:
-        big(1000, 10_000)
+        big(1000, 10_000, args.big_repeats, not args.no_unpartitioned)
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) at end")
 
 

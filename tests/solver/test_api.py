@@ -3,15 +3,23 @@ partitioning."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from test_cpsat_cases import STATS, gang, node, pod, running, snap
 
 from solver.api import solve
-from solver.baselines import place
+from solver.baselines import ClusterArrays, place
 from solver.checker import check, quota_violations
 from solver.cpsat.model import CpsatResult
-from solver.cpsat.solve import choose
-from solver.partition import auto_partitions, split_nodes, sub_problems, tenant_caps
+from solver.cpsat.solve import choose, greedy_hint
+from solver.partition import (
+    auto_partitions,
+    part_time_limit,
+    split_nodes,
+    sub_problems,
+    tenant_caps,
+)
 from solver.plan import GangPlacement, Plan, PodPlacement
 from solver.types import GpuShare, Snapshot, Tenant, TopologyMode, TopologyRequirement
 
@@ -126,3 +134,38 @@ def test_partitions_are_chosen_by_size() -> None:
     assert auto_partitions(_window()) == 1
     plan = Plan((), (), STATS)
     assert not quota_violations(_window(), plan)
+
+
+def test_sub_problems_hold_their_nodes_running_pods_and_usage() -> None:
+    s = _big()
+    s = snap(list(s.nodes), list(s.gangs),
+             run=(running("r0", "n000", (0, 700), tenant="a"),
+                  running("r1", "n047", (1, 1000), (2, 500), tenant="c")),
+             tenants=s.tenants)
+    subs = sub_problems(s, 3)
+    assert sorted(r.name for sub in subs for r in sub.running) == ["r0", "r1"]
+    for sub in subs:
+        names = {n.name for n in sub.nodes}
+        assert all(r.node in names for r in sub.running)
+        # a part's quota is at least what its tenants already run there (no borrowing)
+        for t in sub.tenants:
+            if t.quota_milli is not None:
+                ran = sum(sh.milli for r in sub.running if r.tenant == t.name for sh in r.gpus)
+                assert t.quota_milli >= ran and not t.can_borrow
+
+
+def test_a_part_started_past_the_deadline_keeps_its_greedy_plan() -> None:
+    sub = sub_problems(_big(), 3)[0]
+    plan = part_time_limit(sub, 1.0, time.perf_counter() - 1.0, 0)
+    hint = greedy_hint(sub, ClusterArrays(sub), seed=0)
+    assert plan.stats.fallback and plan.admitted == hint.admitted
+    assert not check(sub, plan)
+
+
+def test_more_parts_than_workers_merge_into_one_feasible_plan() -> None:
+    s = _big()
+    plan = solve(s, time_limit=2.0, partitions=6, workers=2)
+    assert not check(s, plan)
+    d = plan.stats.detail
+    assert d["partitions"] == 6 and d["parts_seconds"] > 0 and "merge_seconds" in d
+    assert len(plan.admitted) + len(plan.deferred) == len(s.gangs)
