@@ -42,8 +42,8 @@ def install_crds(api: client.ApiClient) -> list[str]:
     deadline = time.monotonic() + 30
     for name in names:
         while True:
-            conds = {c["type"]: c["status"]
-                     for c in crds.get(name=name).to_dict().get("status", {}).get("conditions", [])}
+            status = crds.get(name=name).to_dict().get("status") or {}
+            conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
             if conds.get("Established") == "True":
                 break
             if time.monotonic() > deadline:
