@@ -10,10 +10,9 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from admission import commands
+from admission.errors import UsageError
 
-
-class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit status 2, no traceback."""
+__all__ = ["UsageError", "build_parser", "main"]
 
 
 def _command_modules() -> list[ModuleType]:
