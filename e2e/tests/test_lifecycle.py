@@ -35,25 +35,32 @@ def _records(workdir: Path) -> list[ProcessRecord]:
 
 def test_dev_cluster_up_status_down_leaves_nothing(tmp_path: Path) -> None:
     workdir = tmp_path / "dev"
-    up = _berth("dev-cluster", "--dir", str(workdir), "up", "--racks", "1", "--nodes", "1")
-    assert up.returncode == 0, up.stdout + up.stderr
-    assert f"export KUBECONFIG={workdir / 'kubeconfig'}" in up.stdout
-    records = _records(workdir)
-    assert {r.name for r in records} == {"etcd", "kube-apiserver", "kube-controller-manager",
-                                         "kube-scheduler", "kwok"}
-    assert all(is_running(r) for r in records)
+    records: list[ProcessRecord] = []
+    try:
+        up = _berth("dev-cluster", "--dir", str(workdir), "up", "--racks", "1", "--nodes", "1")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert f"export KUBECONFIG={workdir / 'kubeconfig'}" in up.stdout
+        records = _records(workdir)
+        assert {r.name for r in records} == {"etcd", "kube-apiserver", "kube-controller-manager",
+                                             "kube-scheduler", "kwok"}
+        assert all(is_running(r) for r in records)
 
-    status = _berth("dev-cluster", "--dir", str(workdir), "status")
-    assert status.returncode == 0, status.stdout + status.stderr
-    assert "apiserver /readyz          ok" in status.stdout
+        status = _berth("dev-cluster", "--dir", str(workdir), "status")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "apiserver /readyz          ok" in status.stdout
 
-    again = _berth("dev-cluster", "--dir", str(workdir), "up")
-    assert again.returncode == 2 and "already running" in again.stderr
+        again = _berth("dev-cluster", "--dir", str(workdir), "up")
+        assert again.returncode == 2 and "already running" in again.stderr
 
-    down = _berth("dev-cluster", "--dir", str(workdir), "down")
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert not any(is_running(r) or group_alive(r.pgid) for r in records)
-    assert not workdir.exists()
+        down = _berth("dev-cluster", "--dir", str(workdir), "down")
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert not any(is_running(r) or group_alive(r.pgid) for r in records)
+        assert not workdir.exists()
+    finally:
+        # berth dev-cluster up detaches its cluster on purpose: never leak it on a failure.
+        for r in records:
+            if group_alive(r.pgid):
+                os.killpg(r.pgid, signal.SIGKILL)
 
 
 STARTER = """
