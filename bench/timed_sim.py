@@ -110,11 +110,14 @@ def co_location_findings(runs: dict[str, list[tuple[TimedResult, float]]]) -> li
 def same_placements_note(results: Sequence[TimedResult], a: str, b: str) -> list[str]:
     """Say so when two policies placed every gang alike (computed, not typed in)."""
     by = {r.name: r for r in results}
-    if a in by and b in by and by[a].outcomes == by[b].outcomes:
-        return [f"{b} started every gang where and when {a} did: no co-location the shipped "
-                "QoS profiles forbid or price was on offer in this slice (its training pods "
-                "take whole GPUs, and serving pods never met three busy neighbours).", ""]
-    return []
+    if a not in by or b not in by or by[a].outcomes != by[b].outcomes:
+        return []
+    blind = by[b].slo
+    if blind.ban_miss_s == 0 and blind.latency_miss_s == 0:
+        return [f"{b} started every gang where and when {a} did, and judged with the real "
+                "profiles none of its co-locations broke a ban or an SLO: in this slice the "
+                "checker had nothing to refuse (training pods take whole GPUs here).", ""]
+    return [f"{b} started every gang where and when {a} did.", ""]
 
 
 def tenant_rows(results: Sequence[TimedResult]) -> list[str]:
