@@ -212,16 +212,20 @@ _FORK_JOBS: list[Snapshot] = []
 PARTS_SHARE = 0.85
 
 
-def part_time_limit(sub: Snapshot, per_part: float, deadline: float, seed: int) -> Plan:
+def part_time_limit(sub: Snapshot, per_part: float, deadline: float, seed: int,
+                    nominal: float | None = None) -> Plan:
     """Solve one part within ``per_part`` seconds, and never past ``deadline`` (a
     ``time.perf_counter`` instant, the same clock in forked workers): a part that starts late
-    because an earlier wave overran gets only what is left, down to its greedy plan."""
+    because an earlier wave overran gets only what is left, down to its greedy plan.
+    ``nominal``: the part's share of the time limit that sizes its deterministic search budget
+    (default ``per_part``)."""
     limit = min(per_part, deadline - time.perf_counter())
-    return solve_cpsat(sub, time_limit=max(0.01, limit), seed=seed, workers=1)
+    return solve_cpsat(sub, time_limit=max(0.01, limit), seed=seed, workers=1,
+                       nominal_limit=per_part if nominal is None else nominal)
 
 
-def _run_forked(j: int, per_part: float, deadline: float, seed: int) -> Plan:
-    return part_time_limit(_FORK_JOBS[j], per_part, deadline, seed)
+def _run_forked(j: int, per_part: float, deadline: float, seed: int, nominal: float) -> Plan:
+    return part_time_limit(_FORK_JOBS[j], per_part, deadline, seed, nominal)
 
 
 def solve_partitioned(
@@ -241,20 +245,21 @@ def solve_partitioned(
     budget = max(0.0, time_limit - split_s) * PARTS_SHARE
     per_part = max(0.05, budget / waves)
     deadline = t0 + split_s + budget
+    nominal = max(0.05, time_limit * PARTS_SHARE / waves)  # load-independent: determinism
     pool: Executor
     if processes:
         _FORK_JOBS = subs
         pool = ProcessPoolExecutor(max_workers=workers,
                                    mp_context=multiprocessing.get_context("fork"))
         with pool:
-            futures = [pool.submit(_run_forked, j, per_part, deadline, seed)
+            futures = [pool.submit(_run_forked, j, per_part, deadline, seed, nominal)
                        for j in range(len(subs))]
             plans = [f.result() for f in futures]
         _FORK_JOBS = []
     else:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             plans = list(pool.map(
-                lambda s: part_time_limit(s, per_part, deadline, seed), subs))
+                lambda s: part_time_limit(s, per_part, deadline, seed, nominal), subs))
     t1 = time.perf_counter()
     plan = merge(snapshot, plans, split_s, t1 - t0)
     detail = {**plan.stats.detail, "parts_seconds": t1 - t0 - split_s,

@@ -27,8 +27,9 @@ IntArray = npt.NDArray[np.int64]
 CPU_ONLY_POD_VALUE_MILLI = 10
 # Objective units per milli-GPU of priority-1 demand (float weights keep two decimals).
 OBJECTIVE_SCALE = 100
-# Nodes offered to each pod outside topology-constrained gangs.
-PER_POD_NODES = 12
+# Nodes offered to each pod outside topology-constrained gangs (8 admits as much as 12 on the
+# openb windows of bench/solve_scale.py at four-fifths of the model-building time).
+PER_POD_NODES = 8
 
 
 def priority_weight(gang: Gang, weights: Weights) -> float:

@@ -143,8 +143,13 @@ def solve_window(
     arrays: ClusterArrays | None = None,
     log: Callable[[str], None] | None = None,
     complete_hints: bool = False,
+    deterministic_time: float | None = None,
 ) -> CpsatResult:
     """Build and solve the batch model for one snapshot (or one partition of it).
+
+    ``deterministic_time``: CP-SAT's deterministic-time budget; give one that does not depend
+    on measured wall time to get the same plan on every run (None: what is left of
+    ``time_limit`` after building, which varies with the machine's load).
 
     ``complete_hints``: extend the placement hint to every variable first (one extra solve
     with the placements fixed). CP-SAT then starts from the hint at once, but the extra solve
@@ -175,7 +180,8 @@ def solve_window(
     params.max_time_in_seconds = budget
     # Determinism: a deterministic-time budget, and with several workers the interleaved
     # (deterministic) parallel mode; only the wall-clock guard above can make reruns differ.
-    params.max_deterministic_time = budget * DTIME_PER_SECOND
+    params.max_deterministic_time = (budget if deterministic_time is None
+                                     else deterministic_time) * DTIME_PER_SECOND
     params.random_seed = seed
     params.num_workers = max(1, workers)
     params.interleave_search = workers > 1

@@ -28,6 +28,9 @@ from solver.types import Snapshot
 GREEDY_HINT = "bestfit"
 # Least time worth building and solving the model for; below it the greedy plan stands.
 MIN_MODEL_SECONDS = 0.05
+# Share of the time limit the search gets in deterministic time (CP-SAT's own work units, so
+# the plan does not depend on the machine's load); the rest is for state, hint and model.
+SEARCH_SHARE = 0.5
 # Share of the state-and-greedy time kept back for the checker and the reasons after the
 # search (they cost well under it: see bench/solve_scale.md).
 POST_SOLVE_SHARE = 0.5
@@ -65,7 +68,14 @@ def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan) -> tuple[Plan, s
     return plan, ""
 
 
-def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: int) -> Plan:
+def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: int,
+                nominal_limit: float | None = None) -> Plan:
+    """Greedy hint, model, checker and reasons within ``time_limit`` seconds of wall time.
+
+    The search's deterministic budget is a fixed share of ``nominal_limit`` (default
+    ``time_limit``), never of measured time, so a fixed seed and worker count give the same
+    plan on every run unless the wall-clock limit cuts the search short
+    (``detail["wall_capped"]``) or leaves no time for the model at all."""
     t0 = time.perf_counter()
     arrays = ClusterArrays(snapshot)
     state_s = time.perf_counter() - t0
@@ -83,7 +93,9 @@ def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: in
     reserve = POST_SOLVE_SHARE * spent
     result = solve_window(snapshot, hint=hint,
                           time_limit=max(MIN_MODEL_SECONDS, time_limit - spent - reserve),
-                          seed=seed, workers=workers, arrays=arrays)
+                          seed=seed, workers=workers, arrays=arrays,
+                          deterministic_time=SEARCH_SHARE * (
+                              time_limit if nominal_limit is None else nominal_limit))
     t1 = time.perf_counter()
     plan, why = choose(snapshot, result, hint)
     check_s = time.perf_counter() - t1
