@@ -29,9 +29,11 @@ from admission.devcluster import DevCluster, MissingBinary, StartupError, create
 from admission.devcluster.nodes import FakeGpuNode
 
 # The fleet every test sees: 1 block, 2 racks, 2 nodes per rack, 8 H100 each in one NVLink
-# domain (32 GPUs). Tests needing more create their own nodes under their own names.
+# domain (32 GPUs), each GPU also advertised as 4 time-slicing slots (the sample policy's
+# sharing). Tests needing more create their own nodes under their own names.
 FLEET: list[FakeGpuNode] = gpu_fleet(blocks=1, racks_per_block=2, nodes_per_rack=2,
-                                     gpus_per_node=8, nvlink_domains_per_node=1)
+                                     gpus_per_node=8, nvlink_domains_per_node=1,
+                                     shared_slots_per_gpu=4)
 
 
 @dataclass

@@ -61,6 +61,9 @@ def test_fleet_layout_and_manifest() -> None:
     assert m["status"]["capacity"]["nvidia.com/gpu"] == "8"
     assert m["metadata"]["labels"]["topology.kubernetes.io/rack"] == "b0-r0"
     assert m["metadata"]["labels"]["topology.kubernetes.io/block"] == "b0"
+    assert "nvidia.com/gpu.shared" not in m["status"]["capacity"]
+    shared = gpu_fleet(gpus_per_node=8, shared_slots_per_gpu=4)[0].manifest()
+    assert shared["status"]["allocatable"]["nvidia.com/gpu.shared"] == "32"
     gpus = json.loads(m["metadata"]["annotations"]["berth.dev/gpus"])
     assert [g["nvlink_domain"] for g in gpus] == ["nvl0"] * 4 + ["nvl1"] * 4
 

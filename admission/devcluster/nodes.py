@@ -20,6 +20,7 @@ LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB per GPU
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
 GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
 
 # Topology levels -> node label keys, as the default policy's topology levels name them
 # (config/policy/sample-policy.yaml). "clique" is the label GPU Feature Discovery writes on
@@ -42,6 +43,9 @@ class FakeGpuNode:
     gpu_product: str = "NVIDIA-H100-80GB-HBM3"
     gpu_memory_mib: int = 81559
     nvlink_domains: int = 1  # NVLink domains inside the node; GPUs split evenly between them
+    # Time-slicing slots per GPU advertised as nvidia.com/gpu.shared (0: none), as the NVIDIA
+    # device plugin does with a renamed shared resource; fractional pods request these.
+    shared_slots_per_gpu: int = 0
     topology: Mapping[str, str] = field(default_factory=dict)  # level -> domain name
     cpu: str = "128"
     memory: str = "1024Gi"
@@ -73,6 +77,8 @@ class FakeGpuNode:
         annotations = {**KWOK_ANNOTATION, ANNOTATION_GPUS: json.dumps(gpus)}
         resources = {"cpu": self.cpu, "memory": self.memory, "pods": self.pods,
                      GPU_RESOURCE: str(self.gpus)}
+        if self.shared_slots_per_gpu:
+            resources[SHARED_GPU_RESOURCE] = str(self.gpus * self.shared_slots_per_gpu)
         spec: dict[str, Any] = {}
         if self.taints:
             spec["taints"] = [dict(t) for t in self.taints]
@@ -93,6 +99,7 @@ def gpu_fleet(
     nodes_per_rack: int = 2,
     gpus_per_node: int = 8,
     nvlink_domains_per_node: int = 1,
+    shared_slots_per_gpu: int = 0,
     gpu_product: str = "NVIDIA-H100-80GB-HBM3",
     gpu_memory_mib: int = 81559,
     prefix: str = "gpu",
@@ -110,6 +117,7 @@ def gpu_fleet(
                     gpu_product=gpu_product,
                     gpu_memory_mib=gpu_memory_mib,
                     nvlink_domains=nvlink_domains_per_node,
+                    shared_slots_per_gpu=shared_slots_per_gpu,
                     topology={"block": f"b{b}", "rack": rack},
                 ))
     return nodes

@@ -118,3 +118,38 @@ def test_a_gang_that_cannot_fit_waits_whole(
         assert [g.name for g in p.spec.scheduling_gates or []] == [c.SCHEDULING_GATE], \
             f"{p.metadata.name} lost its gate\n--- berth serve log:\n{_log_tail(berth)}"
         assert p.spec.node_name is None
+
+
+def test_fractional_pods_share_gpus_as_planned_and_their_env_reads_the_assignment(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], berth: BerthWebhook
+) -> None:
+    ns = tenant_namespaces["team-a"]
+    for i in range(4):
+        cluster.core.create_namespaced_pod(
+            ns, pod_manifest(f"half-{i}", annotations={c.ANNOTATION_FRACTION: "0.5"}))
+    try:
+        pods = eventually(lambda: cluster.core.list_namespaced_pod(ns).items,
+                          lambda ps: len(ps) == 4 and all(p.status.phase == "Running"
+                                                          for p in ps),
+                          timeout=120, what="four half-GPU pods released, bound and Running")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- berth serve log:\n{_log_tail(berth)}") from None
+    per_gpu: dict[tuple[str, str], int] = {}
+    for p in pods:
+        ann = p.metadata.annotations
+        assert ann[c.ANNOTATION_ASSIGNED_NODE] == p.spec.node_name
+        gpus = ann[c.ANNOTATION_ASSIGNED_GPUS].split(",")
+        milli = [int(m) for m in ann[c.ANNOTATION_ASSIGNED_GPU_MILLI].split(",")]
+        assert len(gpus) == len(milli) == 1 and milli == [500]
+        key = (p.spec.node_name, gpus[0])
+        per_gpu[key] = per_gpu.get(key, 0) + milli[0]
+        # The container reads its assignment from these annotations through the downward
+        # API, which the kubelet resolves at start (kwok has no containers to show it).
+        env = {e.name: e.value_from.field_ref.field_path
+               for e in p.spec.containers[0].env or [] if e.value_from}
+        assert env[c.ENV_GPU_ASSIGNMENT] == \
+            f"metadata.annotations['{c.ANNOTATION_ASSIGNED_GPUS}']"
+        assert p.spec.containers[0].resources.limits["nvidia.com/gpu.shared"] == "2"
+    assert all(total <= 1000 for total in per_gpu.values()), per_gpu
+    assert any(total == 1000 for total in per_gpu.values()), \
+        f"no GPU shared by two half pods: {per_gpu}"
