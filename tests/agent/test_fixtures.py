@@ -1,27 +1,44 @@
-"""Inventories recorded on real machines (fixtures/*.json) still read, and still yield valid
-labels and solver GPUs. See fixtures/README.md for how to record one."""
+"""Inventories as ``berth agent --once --print --json`` writes them still read back, and still
+yield valid labels and solver GPUs.
+
+Every fake machine's inventory is checked this way, and so is every inventory recorded on a
+real machine and dropped into fixtures/ (see fixtures/README.md for how to record one).
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import inventory_of
+from fake_nvml import MACHINES
 from test_metadata import KEY, VALUE
 
 from admission.agent import schema as s
-from admission.agent.inventory import inventory_from_dict
+from admission.agent.inventory import inventory_from_dict, inventory_to_dict
 from admission.agent.metadata import to_node_metadata
 
-FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("*.json"))
+RECORDED = sorted((Path(__file__).parent / "fixtures").glob("*.json"))
 
 
-@pytest.mark.skipif(not FIXTURES, reason="no real-device inventory recorded yet "
-                    "(needs a machine with an NVIDIA GPU; see tests/agent/fixtures/README.md)")
-@pytest.mark.parametrize("path", FIXTURES or [Path("none")], ids=lambda p: p.name)
-def test_real_inventory(path: Path) -> None:
-    inv = inventory_from_dict(json.loads(path.read_text()))
-    assert inv.gpus, f"{path.name} lists no GPU"
+def _cases() -> list[Any]:
+    cases: list[Any] = [
+        pytest.param(lambda name=name: inventory_to_dict(inventory_of(MACHINES[name]())),
+                     id=f"fake-{name}")
+        for name in sorted(MACHINES)
+    ]
+    cases += [pytest.param(lambda p=p: json.loads(p.read_text()), id=f"recorded-{p.name}")
+              for p in RECORDED]
+    return cases
+
+
+@pytest.mark.parametrize("load", _cases())
+def test_inventory_json_round_trip(load: Any) -> None:
+    data = json.loads(json.dumps(load()))  # exactly what --json prints and a fixture holds
+    inv = inventory_from_dict(data)
+    assert inv.gpus, "the inventory lists no GPU"
     for g in inv.healthy_gpus:
         assert g.uuid.startswith("GPU-") and g.memory_mib > 0 and g.model
     meta = to_node_metadata(inv)
