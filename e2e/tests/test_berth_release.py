@@ -153,3 +153,25 @@ def test_fractional_pods_share_gpus_as_planned_and_their_env_reads_the_assignmen
     assert all(total <= 1000 for total in per_gpu.values()), per_gpu
     assert any(total == 1000 for total in per_gpu.values()), \
         f"no GPU shared by two half pods: {per_gpu}"
+
+
+def test_tenant_quota_and_borrowing_limit_hold(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], berth: BerthWebhook
+) -> None:
+    # team-a: quota 16 GPUs, may borrow 8 more of idle quota -> at most 24 GPUs, although the
+    # fleet has 32 free. Four single-pod gangs of 8 GPUs: three run, the fourth waits gated.
+    ns = tenant_namespaces["team-a"]
+    for i in range(4):
+        cluster.core.create_namespaced_pod(ns, pod_manifest(f"big-{i}", gpus=8))
+    try:
+        eventually(lambda: cluster.core.list_namespaced_pod(ns).items,
+                   lambda ps: sum(p.status.phase == "Running" for p in ps) == 3,
+                   timeout=120, what="three of the four 8-GPU pods to run")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- berth serve log:\n{_log_tail(berth)}") from None
+    time.sleep(6)  # three more batch windows: the fourth must still wait
+    pods = cluster.core.list_namespaced_pod(ns).items
+    running = [p for p in pods if p.status.phase == "Running"]
+    waiting = [p for p in pods if p.spec.node_name is None]
+    assert len(running) == 3 and len(waiting) == 1, [p.metadata.name for p in running]
+    assert [g.name for g in waiting[0].spec.scheduling_gates] == [c.SCHEDULING_GATE]
