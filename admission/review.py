@@ -482,6 +482,10 @@ def _patch_metadata(
     }
     if qos:
         new_labels[c.LABEL_QOS_CLASS] = qos
+    backend_annotations: dict[str, str] = {}
+    queue = policy.queue_for(tenant)
+    _backend_keys_at_creation(policy.release.backend, queue, gang, labels, annotations,
+                              new_labels, backend_annotations)
     meta = patch.obj.get("metadata")
     existing = meta if isinstance(meta, dict) else {}
     patch.merge_map(("metadata", "labels"), existing.get("labels"), new_labels)
@@ -498,9 +502,9 @@ def _patch_metadata(
     }
     if gang.size is not None:
         new_annotations[c.ANNOTATION_GANG_SIZE] = str(gang.size)
-    queue = policy.queue_for(tenant)
     if queue:
         new_annotations[c.ANNOTATION_QUEUE] = queue
+    new_annotations.update(backend_annotations)
     drop = [key for key in c.ASSIGNMENT_ANNOTATIONS if key in annotations]
     for key in drop:
         warnings.append(f"metadata.annotations[{key}]: removed; only Berth assigns GPUs")
@@ -509,6 +513,30 @@ def _patch_metadata(
                         drop)
     else:
         patch.set(("metadata", "annotations"), new_annotations)
+
+
+def _backend_keys_at_creation(
+    backend: str, queue: str | None, gang: GangIdentity, labels: Mapping[str, str],
+    annotations: Mapping[str, str], new_labels: dict[str, str], new_annotations: dict[str, str],
+) -> None:
+    """Keys the release backend reads only at creation, added where the user left them out.
+
+    Kueue gates and manages a pod only if its queue label (and, for a group, the pod-group
+    keys) is there when Kueue's own webhook sees the CREATE, which runs after Berth's. Volcano
+    reads the group and queue from annotations. Keys the user wrote are kept as they are.
+    """
+    group = gang.size is not None and gang.size > 1
+    if backend == "kueue":
+        if queue and c.KUEUE_QUEUE_LABEL not in labels:
+            new_labels[c.KUEUE_QUEUE_LABEL] = queue
+        if group and c.KUEUE_POD_GROUP_LABEL not in labels:
+            new_labels[c.KUEUE_POD_GROUP_LABEL] = gang.label
+            new_annotations[c.KUEUE_POD_GROUP_COUNT] = str(gang.size)
+    elif backend == "volcano":
+        if queue and c.VOLCANO_QUEUE_ANNOTATION not in annotations:
+            new_annotations[c.VOLCANO_QUEUE_ANNOTATION] = queue
+        if c.VOLCANO_GROUP_ANNOTATION not in annotations:
+            new_annotations[c.VOLCANO_GROUP_ANNOTATION] = gang.label
 
 
 def _patch_resources(
