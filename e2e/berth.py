@@ -9,6 +9,8 @@ fixture waits until a dry-run GPU pod comes back gated. Everything is undone aft
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -34,6 +36,13 @@ class BerthWebhook:
     policy: Path
     port: int
     log: Path
+    record: processes.ProcessRecord
+    proc: subprocess.Popen[bytes]
+
+    def kill(self) -> None:
+        """SIGKILL the Berth process (a crash, not a graceful stop)."""
+        os.killpg(self.record.pgid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
 
 
 def policy_for(namespaces: Mapping[str, str], out: Path, *, window_seconds: float = 2,
@@ -98,6 +107,7 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
             wait_until_mutating(
                 client.CoreV1Api(cluster.api), some_ns, pod_manifest("probe", gpus=1),
                 lambda p: any(g.name == GATE for g in p.spec.scheduling_gates or []))
-            yield BerthWebhook(policy=policy, port=port, log=Path(record.log))
+            yield BerthWebhook(policy=policy, port=port, log=Path(record.log), record=record,
+                               proc=proc)
     finally:
         processes.stop(record, proc)
