@@ -63,3 +63,10 @@ def test_bound_is_the_aggregate_capacity_or_the_demand() -> None:
     assert allocation_bound_milli(nodes(4, 2), eight) == 0  # no node has eight GPUs
     v100 = [TracePod("v", 1000, 100, 1, 1000, frozenset({"V100"}), "LS", 0, 1)]
     assert allocation_bound_milli(nodes(1, 2), v100) == 0
+
+
+def test_bound_keeps_big_shares_apart() -> None:
+    big = [TracePod(f"b{i}", 100, 100, 1, 600, frozenset(), "LS", 0, 1) for i in range(2)]
+    assert allocation_bound_milli(nodes(1, 1), big) == 600  # two 600s never share a GPU
+    small = [TracePod("s", 100, 100, 1, 400, frozenset(), "LS", 0, 1)]
+    assert abs(allocation_bound_milli(nodes(1, 1), big[:1] + small) - 1000) < 1e-6
