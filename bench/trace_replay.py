@@ -67,9 +67,10 @@ NOTES = """
   alone, loses to sequential FGD (5.74 %) because pods that share a node interact. The model
   kept (`solver/simulate/window.py`) starts from sequential FGD and moves a pod only where
   that admits more GPU demand; it can only gain where FGD drops pods, i.e. near saturation.
-- **Bound.** The LP relaxation pools each node kind's GPUs, CPU and memory; at 100 % arrival it
-  reaches the arrived demand (100 %) on these lists: aggregate capacity is never what limits a
-  policy, fragmentation is.
+- **Bound.** The LP relaxation (`solver/simulate/bound.py`) pools each node kind's GPUs, CPU
+  and memory and keeps shares above half a GPU apart; see the table for what it reaches at
+  100 % arrival. Where it reaches 100 %, pooled capacity is never what limits a policy: the
+  whole gap is fragmentation across GPUs and nodes.
 """
 
 
