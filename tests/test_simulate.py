@@ -140,3 +140,17 @@ def test_random_pod_files_never_crash(tmp_path: Path, body: str) -> None:
         assert str(path) in str(exc)
     else:
         assert all(isinstance(p, TracePod) for p in pods)
+
+
+@pytest.mark.parametrize("objective", ["packing", "controller"])
+def test_cpsat_in_windows(files: tuple[Path, Path], tmp_path: Path, objective: str) -> None:
+    out = tmp_path / "cpsat.json"
+    rc = main(["simulate", "--nodes", str(files[0]), "--pods", str(files[1]), "--policy",
+               "cpsat", "--window", "8", "--seeds", "42", "--time-limit", "0.5",
+               "--objective", objective, "--json", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert data["window"] == 8 and data["objective"] == objective
+    greedy = replay(read_nodes(files[0]), read_pods(files[1]), policy="fgd", seed=42)
+    assert data["per_seed"][0]["placed"] + data["per_seed"][0]["dropped"] == len(
+        greedy.arrived_milli)
