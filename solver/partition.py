@@ -41,10 +41,11 @@ from solver.types import MILLI, Gang, Node, Running, Snapshot, Tenant
 
 # Sizes past which one model gets slow; see bench/solve_scale.md for the curve.
 NODES_PER_PART = 2000
-# Parts of ~50 pods build and solve in well under 0.1 s of CPU each, so many more parts than
-# cores still fit a 2 s budget where 200-pod parts could not; on the 10,000-node benchmark
-# their greedy plans also admit more than 100-pod parts (bench/solve_scale.md).
-PODS_PER_PART = 50
+PODS_PER_PART = 200
+# Once split, parts of ~50 pods: each builds and solves in well under 0.1 s of CPU, so many
+# more parts than cores still fit a 2 s budget where 200-pod parts could not, and on the
+# 10,000-node benchmark their greedy plans also admit more (bench/solve_scale.md).
+PODS_PER_SPLIT_PART = 50
 MIN_NODES_PER_PART = 250
 GROUP_LEVELS = ("block", "zone", "rack")
 
@@ -54,6 +55,8 @@ def auto_partitions(snapshot: Snapshot) -> int:
     nodes = len(snapshot.nodes)
     pods = sum(len(g.pods) for g in snapshot.gangs)
     k = max(math.ceil(nodes / NODES_PER_PART), math.ceil(pods / PODS_PER_PART))
+    if k > 1:
+        k = max(k, math.ceil(pods / PODS_PER_SPLIT_PART))
     return max(1, min(k, nodes // MIN_NODES_PER_PART))
 
 

@@ -169,3 +169,13 @@ def test_more_parts_than_workers_merge_into_one_feasible_plan() -> None:
     d = plan.stats.detail
     assert d["partitions"] == 6 and d["parts_seconds"] > 0 and "merge_seconds" in d
     assert len(plan.admitted) + len(plan.deferred) == len(s.gangs)
+
+
+def test_a_split_cluster_gets_small_parts_but_a_small_window_stays_whole() -> None:
+    nodes = [node(f"n{i}", gpus=1, rack=f"r{i // 16}") for i in range(2100)]
+    few = snap(nodes, [gang(f"g{i}", pod()) for i in range(64)])
+    many = snap(nodes, [gang(f"g{i}", pod()) for i in range(300)])
+    assert auto_partitions(few) == 2  # split by nodes only
+    assert auto_partitions(many) == 6  # once split, ~50 pods a part
+    small = snap(nodes[:1200], [gang(f"g{i}", pod()) for i in range(64)])
+    assert auto_partitions(small) == 1
