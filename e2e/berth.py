@@ -33,16 +33,40 @@ GATE = "berth.dev/admission"
 
 @dataclass
 class BerthWebhook:
+    """A running ``berth webhook`` or ``berth serve`` process, which a test may crash and
+    start again (same policy, certificates, port and identity)."""
+
     policy: Path
     port: int
-    log: Path
-    record: processes.ProcessRecord
-    proc: subprocess.Popen[bytes]
+    argv: list[str]
+    workdir: Path
+    ca: Path
+    record: processes.ProcessRecord | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> Path:
+        assert self.record is not None
+        return Path(self.record.log)
+
+    def start(self) -> None:
+        name = "berth-serve" if "serve" in self.argv else "berth-webhook"
+        self.proc, self.record = processes.start(name, self.argv, self.workdir,
+                                                 preexec_fn=processes.die_with_parent)
+        ctx = processes.https_context(self.ca)
+        processes.wait_until(
+            name, lambda: processes.http_ok(f"https://127.0.0.1:{self.port}/readyz", ctx),
+            timeout=60, proc=self.proc, record=self.record)
 
     def kill(self) -> None:
         """SIGKILL the Berth process (a crash, not a graceful stop)."""
+        assert self.record is not None and self.proc is not None
         os.killpg(self.record.pgid, signal.SIGKILL)
         self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.record is not None:
+            processes.stop(self.record, self.proc)
 
 
 def policy_for(namespaces: Mapping[str, str], out: Path, *, window_seconds: float = 2,
@@ -91,14 +115,10 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
         argv += ["--kubeconfig", str(kubeconfig or cluster.kubeconfig),
                  "--namespace", lease_namespace or next(iter(namespaces.values())),
                  "--identity", "e2e"]
-    proc, record = processes.start("berth-serve" if serve else "berth-webhook", argv, workdir,
-                                   preexec_fn=processes.die_with_parent)
+    hook = BerthWebhook(policy=policy, port=port, argv=argv, workdir=workdir,
+                        ca=certs / "ca.crt")
     try:
-        ctx = processes.https_context(certs / "ca.crt")
-        processes.wait_until(
-            "berth webhook",
-            lambda: processes.http_ok(f"https://127.0.0.1:{port}/readyz", ctx),
-            timeout=60, proc=proc, record=record)
+        hook.start()
         config: dict[str, Any] = yaml.safe_load(rendered.read_text())
         # Unique per test, so a leftover from a crashed run can never capture another test.
         config["metadata"]["name"] = f"berth-{workdir.name}"[:63]
@@ -107,7 +127,6 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
             wait_until_mutating(
                 client.CoreV1Api(cluster.api), some_ns, pod_manifest("probe", gpus=1),
                 lambda p: any(g.name == GATE for g in p.spec.scheduling_gates or []))
-            yield BerthWebhook(policy=policy, port=port, log=Path(record.log), record=record,
-                               proc=proc)
+            yield hook
     finally:
-        processes.stop(record, proc)
+        hook.stop()

@@ -9,6 +9,8 @@ run by kwok. A gang that cannot fit waits whole, with nothing of it bound.
 from __future__ import annotations
 
 import os
+import random
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,3 +177,57 @@ def test_tenant_quota_and_borrowing_limit_hold(
     waiting = [p for p in pods if p.spec.node_name is None]
     assert len(running) == 3 and len(waiting) == 1, [p.metadata.name for p in running]
     assert [g.name for g in waiting[0].spec.scheduling_gates] == [c.SCHEDULING_GATE]
+
+
+def test_controller_crashes_during_releases_never_leave_a_gang_half_released(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], berth: BerthWebhook
+) -> None:
+    # The release contract: a gate is removed only once every pod of its gang carries its
+    # placement. So at any instant, a gang with an ungated pod has its placement on all pods,
+    # whatever moment berth serve is SIGKILLed at; and after restarts every gang is released.
+    ns = tenant_namespaces["team-a"]
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    jobs = [f"g{i}" for i in range(3)]
+    for name in jobs:
+        client.BatchV1Api(cluster.api).create_namespaced_job(
+            ns, _job(name, pods=2, gpus=4, topology="required:rack"))
+    violations: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            by_gang: dict[str, list[Any]] = {}
+            for p in cluster.core.list_namespaced_pod(ns).items:
+                by_gang.setdefault(p.metadata.labels.get("job-name", "?"), []).append(p)
+            for gang, pods in by_gang.items():
+                ungated = [p for p in pods if not p.spec.scheduling_gates]
+                placed = [p for p in pods
+                          if c.ANNOTATION_ASSIGNED_NODE in (p.metadata.annotations or {})]
+                if ungated and len(placed) < len(pods):
+                    violations.append(f"{gang}: {len(ungated)} ungated, "
+                                      f"{len(placed)}/{len(pods)} placed")
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        for _ in range(3):
+            time.sleep(rng.uniform(0.2, 3.0))
+            berth.kill()
+            time.sleep(rng.uniform(0.0, 1.0))
+            berth.start()
+        pods = eventually(
+            lambda: [p for j in jobs for p in _pods(cluster, ns, j)],
+            lambda ps: len(ps) == 6 and all(p.spec.node_name for p in ps),
+            timeout=180, what=f"every gang released after the crashes (seed {seed})")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- berth serve log:\n{_log_tail(berth)}") from None
+    finally:
+        done.set()
+        watcher.join(timeout=5)
+    assert not violations, f"seed {seed}: half-released gangs seen: {violations[:5]}"
+    for job in jobs:
+        racks = {cluster.core.read_node(p.spec.node_name).metadata.labels[RACK]
+                 for p in pods if p.metadata.labels["job-name"] == job}
+        assert len(racks) == 1, f"{job} split across racks {racks} (seed {seed})"
