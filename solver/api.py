@@ -5,9 +5,10 @@ greedy plan is its hint, fallback and floor, the checker judges what CP-SAT retu
 deferred gang gets a reason. Large clusters or windows are split into sub-problems solved in
 parallel (:mod:`solver.partition`).
 
-Deterministic for a fixed seed and worker count: CP-SAT runs under a deterministic time budget;
-the wall-clock limit only guards against a slow machine (``stats.detail["wall_capped"]`` says
-when it cut the search short, the one case where a rerun may differ).
+Deterministic for a fixed seed and worker count: CP-SAT runs under a deterministic time budget
+sized from the time limit alone; the wall-clock limit only guards against a slow machine
+(``stats.detail["wall_capped"]`` says when it cut the search short, ``fallback_no_time`` when
+it left no time for the model: the cases where a rerun may differ).
 """
 
 from __future__ import annotations

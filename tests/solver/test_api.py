@@ -179,3 +179,13 @@ def test_a_split_cluster_gets_small_parts_but_a_small_window_stays_whole() -> No
     assert auto_partitions(many) == 6  # once split, ~50 pods a part
     small = snap(nodes[:1200], [gang(f"g{i}", pod()) for i in range(64)])
     assert auto_partitions(small) == 1
+
+
+def test_a_part_with_a_fixed_nominal_budget_gives_the_same_plan_whatever_its_wall_limit() -> None:
+    # the search budget comes from ``nominal`` alone; generous wall limits never cut it short
+    for sub in sub_problems(_big(), 3):
+        a = part_time_limit(sub, 30.0, time.perf_counter() + 60.0, 3, nominal=0.02)
+        b = part_time_limit(sub, 20.0, time.perf_counter() + 60.0, 3, nominal=0.02)
+        assert a.stats.status in ("OPTIMAL", "FEASIBLE")
+        assert not a.stats.detail.get("wall_capped") and not b.stats.detail.get("wall_capped")
+        assert a.admitted == b.admitted and a.deferred == b.deferred
