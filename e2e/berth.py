@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +70,8 @@ class BerthWebhook:
 
 
 def policy_for(namespaces: Mapping[str, str], out: Path, *, window_seconds: float = 2,
-               solver_seconds: float = 2) -> Path:
+               solver_seconds: float = 2,
+               edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
     """The sample policy with each tenant owning only the given namespace (tenant -> ns), and
     a short batch window and solver limit so that a test sees a release within seconds."""
     doc: dict[str, Any] = yaml.safe_load(SAMPLE_POLICY.read_text())
@@ -82,6 +83,8 @@ def policy_for(namespaces: Mapping[str, str], out: Path, *, window_seconds: floa
         raise ValueError(f"tenants {sorted(unknown)} are not in {SAMPLE_POLICY} ({sorted(known)})")
     for tenant in doc["tenants"]:
         tenant["namespaces"] = [namespaces.get(tenant["name"], f"unused-{tenant['name']}")]
+    if edit is not None:
+        edit(doc)
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
     return out
 
@@ -97,12 +100,14 @@ def _berth(*args: str) -> None:
 @contextmanager
 def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, str], *,
                   serve: bool = False, kubeconfig: Path | None = None,
-                  lease_namespace: str | None = None) -> Iterator[BerthWebhook]:
+                  lease_namespace: str | None = None,
+                  edit_policy: Callable[[dict[str, Any]], None] | None = None
+                  ) -> Iterator[BerthWebhook]:
     """``berth webhook`` alone, or with ``serve`` the whole of Berth (``berth serve``: webhook
     and batch controller) talking to the apiserver through ``kubeconfig`` (default: the
     cluster admin's), its Lease in ``lease_namespace`` (default: the first tenant's)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    policy = policy_for(namespaces, workdir / "policy.yaml")
+    policy = policy_for(namespaces, workdir / "policy.yaml", edit=edit_policy)
     port = processes.free_port()
     certs = workdir / "certs"
     rendered = workdir / "webhook.yaml"
