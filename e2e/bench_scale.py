@@ -99,7 +99,7 @@ def main() -> int:
                            edit_policy=_lift_limits):
             return _burst(core, namespaces, fleet_gpus=len(fleet) * 8, args=args)
     finally:
-        cluster.stop()
+        cluster.wipe()  # stops every process and removes the work directory
 
 
 def _burst(core: client.CoreV1Api, namespaces: dict[str, str], *, fleet_gpus: int,
