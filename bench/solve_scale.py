@@ -2,7 +2,7 @@
 curve of solve time against cluster size and window size; partitioned vs unpartitioned
 quality on a 10,000-node / 80,000-GPU cluster.
 
-    python bench/solve_scale.py                 # everything (about 5 minutes on 2 cores)
+    python bench/solve_scale.py                 # everything (about 3 minutes on 2 cores)
     python bench/solve_scale.py --skip-big      # openb latency and the curves only
 
 Reads the openb trace from ``$BERTH_DATA_DIR`` (default ``<repo>/../shared/data``). Results and
