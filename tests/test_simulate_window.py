@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from solver.baselines import place
 from solver.checker import check
+from solver.plan import Plan
 from solver.simulate.bound import allocation_bound_milli
 from solver.simulate.timed_scenario import TracePod
 from solver.simulate.window import POD_VALUE, in_scope, solve_packing
@@ -70,3 +71,18 @@ def test_bound_keeps_big_shares_apart() -> None:
     assert allocation_bound_milli(nodes(1, 1), big) == 600  # two 600s never share a GPU
     small = [TracePod("s", 100, 100, 1, 400, frozenset(), "LS", 0, 1)]
     assert abs(allocation_bound_milli(nodes(1, 1), big[:1] + small) - 1000) < 1e-6
+
+
+def test_window_one_places_exactly_as_fgd() -> None:
+    from solver.simulate.protocol import replay
+
+    pods = [TracePod(f"p{i:02d}", 1000 + 300 * (i % 4), 100, [0, 1, 1, 2][i % 4],
+                     [0, 250, 1000, 1000][i % 4], frozenset(), "LS", 0, 1) for i in range(30)]
+    cluster = nodes(3, 4)
+
+    def window(snapshot: Snapshot, seed: int) -> Plan:
+        return solve_packing(snapshot, time_limit=1.0, seed=seed)
+
+    fgd = replay(cluster, pods, policy="fgd", seed=7)
+    cpsat = replay(cluster, pods, policy="cpsat", seed=7, window=1, solve_window=window)
+    assert (cpsat.used_milli == fgd.used_milli).all()

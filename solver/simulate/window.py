@@ -76,6 +76,9 @@ def solve_packing(snapshot: Snapshot, *, time_limit: float, seed: int = 0,
     gangs = list(snapshot.gangs)
     pods = [g.pods[0] for g in gangs]
     hint = _greedy(state, gangs, seed)
+    if len(gangs) == 1:
+        # One pod: moving it admits nothing more, so the model's optimum is the greedy plan.
+        return _plan(state, gangs, hint, "OPTIMAL", start, None, None, 0)
     options = _options(state, pods, hint)
     model = cp_model.CpModel()
     # x[i]: option i is taken
@@ -136,16 +139,23 @@ def solve_packing(snapshot: Snapshot, *, time_limit: float, seed: int = 0,
     else:
         placements = hint
         name, objective, bound = "GREEDY", None, None
+    return _plan(state, gangs, placements, name, start, objective, bound, len(options))
+
+
+def _plan(state: ClusterArrays, gangs: list[Gang], placements: list[tuple[int, int, list[int]]],
+          status: str, start: float, objective: float | None, bound: float | None,
+          options: int) -> Plan:
     admitted = []
     for p, row, slots in placements:
-        node = state.nodes[row]
-        shares = tuple(GpuShare(int(state.gindex[row, s]), pods[p].gpu_milli) for s in slots)
-        admitted.append(GangPlacement(gangs[p].name, (PodPlacement(pods[p].name, node.name,
+        pod = gangs[p].pods[0]
+        shares = tuple(GpuShare(int(state.gindex[row, s]), pod.gpu_milli) for s in slots)
+        admitted.append(GangPlacement(gangs[p].name, (PodPlacement(pod.name,
+                                                                   state.nodes[row].name,
                                                                    shares),)))
-    stats = SolveStats(solver="cpsat-packing", status=name,
+    stats = SolveStats(solver="cpsat-packing", status=status,
                        wall_seconds=time.perf_counter() - start, objective=objective,
-                       bound=bound, fallback=name == "GREEDY",
-                       detail={"options": float(len(options)), "hint_pods": float(len(hint))})
+                       bound=bound, fallback=status == "GREEDY",
+                       detail={"options": float(options)})
     return Plan(admitted=tuple(admitted), deferred=(), stats=stats)
 
 
