@@ -9,6 +9,7 @@
 #
 # usage: e2e/build.sh [kubernetes|kubectl|etcd|kwok|kueue|volcano|core|all]...  (default: core)
 #   core = kubernetes etcd kwok; all = core kubectl kueue volcano
+#        e2e/build.sh --bin-dir COMPONENT   prints where its binaries are cached
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -178,7 +179,25 @@ build_one() {
     esac
 }
 
+# Where a component's binaries are (or will be) cached, e.g. to put kubectl on PATH.
+bin_dir() {
+    local key
+    case "$1" in
+        kubernetes|kubectl) key="$KUBERNETES_VERSION" ;;
+        etcd) key="$ETCD_VERSION" ;;
+        kwok) key="$KWOK_VERSION" ;;
+        kueue) key="$KUEUE_VERSION" ;;
+        volcano) key="$VOLCANO_VERSION" ;;
+        *) echo "unknown component: $1" >&2; return 2 ;;
+    esac
+    echo "$cache/$1-$key/bin"
+}
+
 main() {
+    if [[ "${1:-}" == "--bin-dir" ]]; then
+        bin_dir "${2:?--bin-dir needs a component}"
+        return
+    fi
     [[ $# -gt 0 ]] || set -- core
     local c
     for c in "$@"; do build_one "$c"; done

@@ -150,3 +150,8 @@ def test_build_scripts_parse_and_refuse_unknown_components(tmp_path: Path) -> No
                           env={**os.environ, "BERTH_E2E_CACHE": str(tmp_path)}, timeout=30)
     assert done.returncode == 2
     assert "unknown component: kubelet" in done.stderr
+    where = subprocess.run([str(e2e / "build.sh"), "--bin-dir", "kubectl"], capture_output=True,
+                           text=True, env={**os.environ, "BERTH_E2E_CACHE": str(tmp_path)},
+                           timeout=30)
+    version = binaries.read_versions()["KUBERNETES_VERSION"]
+    assert where.stdout.strip() == f"{tmp_path}/kubectl-{version}/bin"
