@@ -37,6 +37,7 @@ POLICY = REPO / "config" / "policy" / "sample-policy.yaml"
 # Reviews/s a bare aiohttp TLS handler answers on this two-core machine when it is otherwise
 # idle (wrk on the other core), as measured when the targets were set.
 REFERENCE = 9900
+TARGET_RATE = 2000  # reviews/s at which the p99 target is set
 
 # Pace requests on a fixed schedule per wrk thread (wrk2's idea; not coordinated-omission
 # corrected: latency is measured from the actual send). ffi gives a monotonic clock in ms.
@@ -102,6 +103,11 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), ssl_context=ctx, acces
             print=None)
 """
 
+
+
+def _verdict(value: float, bound: float, *, below: bool) -> str:
+    met = value <= bound if below else value >= bound
+    return "met" if met else "not met"
 
 def training_pod_review(kueue: bool = False) -> dict[str, object]:
     """A pod of an indexed training Job: ten env entries, GPU tolerations; about 1 KB.
@@ -415,14 +421,17 @@ def render(results: dict[str, dict[str, list[float]]], args: argparse.Namespace,
                "webhook leaves a Job's pods to its Job integration), otherwise the same "
                "8-GPU training pod" if args.kueue else
                "an 8-GPU pod of an indexed Job (ten env entries, two tolerations)")
+    p99_berth = med("berth", f"p99_ms@{TARGET_RATE}")
+    sat_berth = med("berth", "sat_rps")
     reading = [
         "## Reading",
         "",
-        f"- Targets: p99 <= 3 ms at 2,000/s and >= 5,000/s at saturation. On this run the "
-        f"bare handler itself reached {med('bare', 'sat_rps'):.0f}/s, against the "
-        f"~{REFERENCE:,}/s such a handler reaches on this machine when it is otherwise idle, "
-        "so the core the servers were pinned to was mostly held by other work; absolute "
-        "figures here say more about that load than about any of the servers.",
+        f"- Targets: p99 <= 3 ms at 2,000/s ({_verdict(p99_berth, 3.0, below=True)}: "
+        f"{p99_berth:.2f} ms) and >= 5,000/s at saturation "
+        f"({_verdict(sat_berth, 5000.0, below=False)}: {sat_berth:.0f}/s). The bare handler "
+        f"reached {med('bare', 'sat_rps'):.0f}/s in the same run; the issue quotes "
+        f"~{REFERENCE:,}/s for such a handler on an idle machine of this kind. Read the "
+        "load average above before comparing absolute figures across runs.",
         f"- Same run, same conditions: Berth spends {cpu_ratio:.2f}x the bare handler's CPU per "
         f"review and reaches {sat_ratio:.2f}x its saturation throughput. The bar is that Berth's "
         "review costs at most half of the bare handler's throughput (ratio >= 0.5).",
