@@ -31,12 +31,17 @@ def gang_order(snapshot: Snapshot) -> list[Gang]:
                   key=lambda g: -(g.priority + aging * g.wait_seconds / 3600.0))
 
 
-def place(snapshot: Snapshot, name: str, *, seed: int = 0) -> Plan:
-    """The plan of greedy policy ``name`` (one of :data:`NAMES`) for ``snapshot``."""
+def place(snapshot: Snapshot, name: str, *, seed: int = 0,
+          arrays: ClusterArrays | None = None) -> Plan:
+    """The plan of greedy policy ``name`` (one of :data:`NAMES`) for ``snapshot``.
+
+    ``arrays``: the snapshot's free-capacity state when the caller has built it already; the
+    plan is placed into it (pass a copy to keep the original)."""
     if name not in POLICIES:
         raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(NAMES)}")
     start = time.perf_counter()
-    placer = GangPlacer(ClusterArrays(snapshot), name, np.random.default_rng(seed))
+    state = ClusterArrays(snapshot) if arrays is None else arrays
+    placer = GangPlacer(state, name, np.random.default_rng(seed))
     admitted: list[GangPlacement] = []
     deferred: list[Deferred] = []
     for gang in gang_order(snapshot):

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
-from solver.baselines import ClusterArrays, GangPlacer, gang_order
+from solver.baselines import ClusterArrays, place
 from solver.checker import check
 from solver.cpsat.instance import plan_weighted_demand
 from solver.cpsat.model import CpsatResult, solve_window
 from solver.cpsat.reasons import deferrals
-from solver.plan import Deferred, GangPlacement, Plan, SolveStats
+from solver.plan import Plan, SolveStats
 from solver.types import Snapshot
 
 GREEDY_HINT = "bestfit"
@@ -39,19 +37,7 @@ POST_SOLVE_SHARE = 0.5
 def greedy_hint(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int) -> Plan:
     """The best-fit plan, placed into a copy of ``arrays`` (``arrays`` stays as it was).
     The same plan as ``solver.baselines.place(snapshot, "bestfit", seed=seed)``."""
-    t0 = time.perf_counter()
-    placer = GangPlacer(arrays.copy(), GREEDY_HINT, np.random.default_rng(seed))
-    admitted: list[GangPlacement] = []
-    deferred: list[Deferred] = []
-    for gang in gang_order(snapshot):
-        result = placer.place(gang)
-        if isinstance(result, str):
-            deferred.append(Deferred(gang=gang.name, reason=result))
-        else:
-            admitted.append(result)
-    stats = SolveStats(solver=GREEDY_HINT, status="GREEDY",
-                       wall_seconds=time.perf_counter() - t0)
-    return Plan(tuple(admitted), tuple(deferred), stats)
+    return place(snapshot, GREEDY_HINT, seed=seed, arrays=arrays.copy())
 
 
 def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan) -> tuple[Plan, str]:
