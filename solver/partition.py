@@ -17,8 +17,12 @@ CP-SAT to solve in a fraction of the time. How parts are formed:
   proportion to the tenant's demand dealt to that part, with no further borrowing. The merged
   plan therefore satisfies every quota, whatever each part decides.
 
-Each part runs the whole CP-SAT path (greedy hint, model, checker, keep-better, reasons), so
-the merged plan admits at least the priority-weighted demand of the merged greedy hints.
+The whole-cluster best-fit plan is computed once, before the split: each gang it admits goes
+to the part that holds its nodes (a gang it spreads over parts is kept as placed, as running
+pods of those parts), and each part is hinted with its share of that plan. Each part runs the
+CP-SAT path (model, checker, keep-better, reasons) from that hint, so the merged plan admits
+at least the priority-weighted demand of the whole-cluster greedy plan; a final comparison
+keeps the greedy plan should merging ever lose some of it.
 Parts run in threads (CP-SAT releases the GIL while searching) or, on request, in forked
 processes. This module does no I/O.
 """
@@ -33,9 +37,11 @@ from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import replace
 
+from solver.baselines import ClusterArrays, gang_order
 from solver.checker import quota_usage_milli, quota_violations
-from solver.cpsat.reasons import quota_reason
-from solver.cpsat.solve import solve_cpsat
+from solver.cpsat.instance import plan_weighted_demand
+from solver.cpsat.reasons import deferrals, quota_reason
+from solver.cpsat.solve import greedy_hint, solve_cpsat
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
 from solver.types import MILLI, Gang, Node, Running, Snapshot, Tenant
 
@@ -88,26 +94,33 @@ def split_nodes(snapshot: Snapshot, parts: int) -> list[list[Node]]:
     return [p for p in out if p]
 
 
-def _assign_gangs(snapshot: Snapshot, room: list[dict[str, int]]) -> list[list[Gang]]:
+def _take(room: dict[str, int], wanted: set[str], take: int) -> None:
+    """Deal ``take`` milli-GPU out of a part's ``room``, fullest wanted model first; what does
+    not fit is still counted (room goes negative), so an oversubscribed window keeps being
+    dealt in proportion to the parts' capacity instead of piling onto one part."""
+    models = [m for m in sorted(room, key=lambda m: (-room[m], m)) if not wanted or m in wanted]
+    for m in models:
+        if take <= 0:
+            return
+        d = min(take, max(0, room[m]))
+        room[m] -= d
+        take -= d
+    if take > 0 and models:
+        room[models[0]] -= take
+
+
+def _assign_gangs(gangs: Sequence[Gang], room: list[dict[str, int]]) -> list[list[Gang]]:
     """Deal gangs to parts; ``room[j][model]``: free milli-GPU of each GPU model in part j."""
     out: list[list[Gang]] = [[] for _ in room]
-    for gang in sorted(snapshot.gangs, key=lambda g: (-g.gpu_demand_milli, g.name)):
-        wanted = set().union(*(p.models for p in gang.pods))
+    for gang in sorted(gangs, key=lambda g: (-g.gpu_demand_milli, g.name)):
+        wanted: set[str] = set().union(*(p.models for p in gang.pods))
 
         def space(j: int, wanted: set[str] = wanted) -> int:
             return sum(v for m, v in room[j].items() if not wanted or m in wanted)
 
         j = max(range(len(room)), key=lambda i: (space(i), -i))
         out[j].append(gang)
-        take = gang.gpu_demand_milli
-        for m in sorted(room[j], key=lambda m: -room[j][m]):
-            if take <= 0:
-                break
-            if wanted and m not in wanted:
-                continue
-            d = min(take, room[j][m])
-            room[j][m] -= d
-            take -= d
+        _take(room[j], wanted, gang.gpu_demand_milli)
     return out
 
 
@@ -162,8 +175,29 @@ def _part_tenants(
     return tuple(tenants)
 
 
-def sub_problems(snapshot: Snapshot, parts: int) -> list[Snapshot]:
-    """The parts as snapshots of their own."""
+def _pinned(gang: Gang, gp: GangPlacement) -> list[Running]:
+    """A placed gang as running pods (for a gang the greedy plan spread over several parts)."""
+    pods = {p.name: p for p in gang.pods}
+    return [Running(name=f"{gang.name}/{pp.pod}", node=pp.node,
+                    cpu_milli=pods[pp.pod].cpu_milli, memory_mib=pods[pp.pod].memory_mib,
+                    gpus=pp.gpus, tenant=gang.tenant, qos_class=pods[pp.pod].qos_class)
+            for pp in gp.pods]
+
+
+def sub_problems(snapshot: Snapshot, parts: int, hint: Plan | None = None) -> list[Snapshot]:
+    """The parts as snapshots of their own.
+
+    ``hint``: a feasible plan for the whole snapshot (the whole-cluster greedy plan). Each gang
+    it admits goes to the part holding its nodes, with quota room for it there, so the hint
+    restricted to a part is a feasible plan of that part; a gang it spreads over several parts
+    is pinned as running pods in each (see :func:`hint_parts` for both halves)."""
+    return _split(snapshot, parts, hint)[0]
+
+
+def _split(snapshot: Snapshot, parts: int, hint: Plan | None
+           ) -> tuple[list[Snapshot], list[GangPlacement], list[Gang]]:
+    """The parts, the hint's gangs spread over several parts, and the gangs left out of every
+    part's model (see :data:`WINDOW_SLACK`)."""
     node_parts = split_nodes(snapshot, parts)
     part_of: dict[str, int] = {}
     room: list[dict[str, int]] = [defaultdict(int) for _ in node_parts]
@@ -174,11 +208,24 @@ def sub_problems(snapshot: Snapshot, parts: int) -> list[Snapshot]:
             model_of[n.name] = {gpu.index: gpu.model for gpu in n.gpus}
             for gpu in n.gpus:
                 room[j][gpu.model] += MILLI
+    gangs = {g.name: g for g in snapshot.gangs}
+    gang_parts: list[list[Gang]] = [[] for _ in node_parts]
+    spread: list[GangPlacement] = []
+    extra: list[Running] = []
+    placed: set[str] = set()
+    for gp in hint.admitted if hint is not None else ():
+        where = {part_of[pp.node] for pp in gp.pods}
+        placed.add(gp.gang)
+        if len(where) == 1:
+            gang_parts[where.pop()].append(gangs[gp.gang])
+        else:
+            spread.append(gp)
+            extra += _pinned(gangs[gp.gang], gp)
     # one pass over the running pods: their part, the GPU room they take, tenants' usage
     running: list[list[Running]] = [[] for _ in node_parts]
     local_run: list[dict[str, int]] = [defaultdict(int) for _ in node_parts]
     run: dict[str, int] = defaultdict(int)
-    for r in snapshot.running:
+    for r in (*snapshot.running, *extra):
         j = part_of[r.node]
         running[j].append(r)
         if not r.gpus:
@@ -191,25 +238,83 @@ def sub_problems(snapshot: Snapshot, parts: int) -> list[Snapshot]:
         if r.tenant is not None:
             local_run[j][r.tenant] += used
             run[r.tenant] += used
-    gang_parts = _assign_gangs(snapshot, room)
+    free = [sum(max(0, v) for v in r.values()) for r in room]
+    # the hint's gangs take their room where the hint put them; the rest are dealt
+    hinted: list[dict[str, int]] = [defaultdict(int) for _ in node_parts]
+    for j, part_gangs in enumerate(gang_parts):
+        for g in part_gangs:
+            _take(room[j], set().union(*(p.models for p in g.pods)), g.gpu_demand_milli)
+            hinted[j][g.tenant] += g.gpu_demand_milli
+    dealt = _assign_gangs([g for g in snapshot.gangs if g.name not in placed], room)
+    left_out: list[Gang] = []
+    if hint is not None:
+        dealt, left_out = _trim(snapshot, gang_parts, dealt, free)
     caps = tenant_caps(snapshot, dict(run))
+    hinted_total: dict[str, int] = defaultdict(int)
+    for h in hinted:
+        for t, v in h.items():
+            hinted_total[t] += v
     demand: dict[str, int] = defaultdict(int)
     for g in snapshot.gangs:
-        demand[g.tenant] += g.gpu_demand_milli
+        if g.name not in placed:
+            demand[g.tenant] += g.gpu_demand_milli
     out = []
     for j, nodes in enumerate(node_parts):
         local_demand: dict[str, int] = defaultdict(int)
-        for g in gang_parts[j]:
+        for g in dealt[j]:
             local_demand[g.tenant] += g.gpu_demand_milli
-        tenants = _part_tenants(snapshot, caps, run, local_run[j], local_demand, demand)
-        out.append(Snapshot(nodes=tuple(nodes), gangs=tuple(gang_parts[j]),
+        # the part's running usage includes its hinted gangs, so their quota room is kept
+        base = {t: local_run[j].get(t, 0) + hinted[j].get(t, 0)
+                for t in {*local_run[j], *hinted[j]}}
+        whole = {t: run.get(t, 0) + hinted_total.get(t, 0) for t in {*run, *hinted_total}}
+        tenants = _part_tenants(snapshot, caps, whole, base, local_demand, demand)
+        # snapshot order (the gangs' tie-break in greedy and model) is kept within a part
+        mine = {g.name for g in gang_parts[j]} | {g.name for g in dealt[j]}
+        out.append(Snapshot(nodes=tuple(nodes),
+                            gangs=tuple(g for g in snapshot.gangs if g.name in mine),
                             running=tuple(running[j]), tenants=tenants,
                             policy=snapshot.policy))
+    return out, spread, left_out
+
+
+# A part's model holds the gangs its hint admits plus the next ones in priority order until
+# their GPU demand reaches this multiple of the part's free GPUs; the rest cannot all fit, and
+# building variables for them is what made a 10,000-pod window overrun its time limit
+# (bench/controller_cycle.md). Those left out wait with the same kind of reason as any other.
+WINDOW_SLACK = 2.0
+
+
+def _trim(snapshot: Snapshot, hinted: list[list[Gang]], dealt: list[list[Gang]],
+          free: list[int]) -> tuple[list[list[Gang]], list[Gang]]:
+    order = {g.name: i for i, g in enumerate(gang_order(snapshot))}
+    kept: list[list[Gang]] = []
+    left_out: list[Gang] = []
+    for j, gangs in enumerate(dealt):
+        budget = WINDOW_SLACK * free[j] - sum(g.gpu_demand_milli for g in hinted[j])
+        mine: list[Gang] = []
+        for g in sorted(gangs, key=lambda g: order[g.name]):
+            if budget > 0:
+                mine.append(g)
+                budget -= g.gpu_demand_milli
+            else:
+                left_out.append(g)
+        kept.append(mine)
+    return kept, left_out
+
+
+def hint_parts(hint: Plan, subs: Sequence[Snapshot]) -> list[Plan]:
+    """The whole-cluster ``hint`` restricted to each part (its admitted gangs and the reasons
+    of its deferred ones)."""
+    out = []
+    for sub in subs:
+        names = {g.name for g in sub.gangs}
+        out.append(Plan(tuple(gp for gp in hint.admitted if gp.gang in names),
+                        tuple(d for d in hint.deferred if d.gang in names), hint.stats))
     return out
 
 
-# Sub-problems handed to forked workers: set just before the pool starts, read by index.
-_FORK_JOBS: list[Snapshot] = []
+# Sub-problems (and their hints) handed to forked workers: set just before the pool starts.
+_FORK_JOBS: list[tuple[Snapshot, Plan | None]] = []
 
 # Share of the time left after the split that the parts' waves may use; the rest is for
 # starting workers, merging and the caller's own checks.
@@ -217,19 +322,21 @@ PARTS_SHARE = 0.85
 
 
 def part_time_limit(sub: Snapshot, per_part: float, deadline: float, seed: int,
-                    nominal: float | None = None) -> Plan:
+                    nominal: float | None = None, hint: Plan | None = None) -> Plan:
     """Solve one part within ``per_part`` seconds, and never past ``deadline`` (a
     ``time.perf_counter`` instant, the same clock in forked workers): a part that starts late
     because an earlier wave overran gets only what is left, down to its greedy plan.
     ``nominal``: the part's share of the time limit that sizes its deterministic search budget
-    (default ``per_part``)."""
+    (default ``per_part``). ``hint``: the part's share of the whole-cluster greedy plan (None:
+    the part's own best-fit plan)."""
     limit = min(per_part, deadline - time.perf_counter())
     return solve_cpsat(sub, time_limit=max(0.01, limit), seed=seed, workers=1,
-                       nominal_limit=per_part if nominal is None else nominal)
+                       nominal_limit=per_part if nominal is None else nominal, hint=hint)
 
 
 def _run_forked(j: int, per_part: float, deadline: float, seed: int, nominal: float) -> Plan:
-    return part_time_limit(_FORK_JOBS[j], per_part, deadline, seed, nominal)
+    sub, hint = _FORK_JOBS[j]
+    return part_time_limit(sub, per_part, deadline, seed, nominal, hint)
 
 
 def solve_partitioned(
@@ -238,12 +345,20 @@ def solve_partitioned(
 ) -> Plan:
     """Solve the sub-problems ``workers`` at a time and merge them into one plan.
 
-    Each part gets an equal share of the time left after the split, per wave of ``workers``
-    parts; all parts share one deadline, so the whole stays within ``time_limit`` even when a
-    wave overruns (later parts then keep their greedy plans)."""
+    The whole-cluster best-fit plan is computed first; each part is hinted with its share of
+    it (so the parts' hints add up to that plan) and keeps the better of its hint and CP-SAT's
+    plan, so the merged plan admits at least the priority-weighted demand of the whole-cluster
+    greedy plan; should merging lose any of it (quota restated for the whole cluster), the
+    greedy plan stands. Each part gets an equal share of the time left after the greedy plan
+    and the split, per wave of ``workers`` parts; all parts share one deadline, so the whole
+    stays within ``time_limit`` even when a wave overruns (later parts then keep their hints)."""
     global _FORK_JOBS
     t0 = time.perf_counter()
-    subs = sub_problems(snapshot, parts)
+    arrays = ClusterArrays(snapshot)
+    greedy = greedy_hint(snapshot, arrays, seed=seed)
+    greedy_s = time.perf_counter() - t0
+    subs, spread, left_out = _split(snapshot, parts, greedy)
+    hints = hint_parts(greedy, subs)
     split_s = time.perf_counter() - t0
     waves = math.ceil(len(subs) / max(1, workers))
     budget = max(0.0, time_limit - split_s) * PARTS_SHARE
@@ -252,7 +367,7 @@ def solve_partitioned(
     nominal = max(0.05, time_limit * PARTS_SHARE / waves)  # load-independent: determinism
     pool: Executor
     if processes:
-        _FORK_JOBS = subs
+        _FORK_JOBS = list(zip(subs, hints, strict=True))
         pool = ProcessPoolExecutor(max_workers=workers,
                                    mp_context=multiprocessing.get_context("fork"))
         with pool:
@@ -263,11 +378,26 @@ def solve_partitioned(
     else:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             plans = list(pool.map(
-                lambda s: part_time_limit(s, per_part, deadline, seed, nominal), subs))
+                lambda sh: part_time_limit(sh[0], per_part, deadline, seed, nominal, sh[1]),
+                zip(subs, hints, strict=True)))
     t1 = time.perf_counter()
-    plan = merge(snapshot, plans, split_s, t1 - t0)
+    plan = merge(snapshot, plans, split_s, t1 - t0, spread)
+    if left_out:
+        # the gangs no part modelled wait beside what the merged plan admits
+        names = {g.name for g in left_out}
+        reasons = [d for d in deferrals(snapshot, plan, arrays.copy()) if d.gang in names]
+        plan = replace(plan, deferred=(*plan.deferred, *reasons))
     detail = {**plan.stats.detail, "parts_seconds": t1 - t0 - split_s,
-              "merge_seconds": time.perf_counter() - t1}
+              "greedy_whole_seconds": greedy_s, "spread_gangs": float(len(spread)),
+              "left_out_gangs": float(len(left_out))}
+    floor = plan_weighted_demand(snapshot, greedy)
+    if (quota_violations(snapshot, plan)
+            or plan_weighted_demand(snapshot, plan) < floor - 1e-9 * max(1.0, floor)):
+        # never admit less than the greedy plan (a guard: the hints make this rare)
+        detail["fallback_merged_below_greedy"] = 1.0
+        plan = Plan(greedy.admitted, deferrals(snapshot, greedy, arrays),
+                    replace(plan.stats, fallback=True))
+    detail["merge_seconds"] = time.perf_counter() - t1
     stats = replace(plan.stats, wall_seconds=time.perf_counter() - t0, detail=detail)
     return replace(plan, stats=stats)
 
@@ -290,9 +420,11 @@ def _within_quota(
         admitted = [gp for gp in admitted if tenant_of[gp.gang] not in over]
 
 
-def merge(snapshot: Snapshot, plans: Sequence[Plan], split_s: float, wall: float) -> Plan:
-    """One plan from the parts' plans; quota reasons are restated for the whole cluster."""
-    admitted: list[GangPlacement] = [gp for p in plans for gp in p.admitted]
+def merge(snapshot: Snapshot, plans: Sequence[Plan], split_s: float, wall: float,
+          spread: Sequence[GangPlacement] = ()) -> Plan:
+    """One plan from the parts' plans and the gangs pinned across parts (``spread``); quota
+    reasons are restated for the whole cluster."""
+    admitted: list[GangPlacement] = [*spread, *(gp for p in plans for gp in p.admitted)]
     merged = Plan(tuple(admitted), (), SolveStats("cpsat", "MERGED", wall))
     used = quota_usage_milli(snapshot, merged)
     gangs = {g.name: g for g in snapshot.gangs}

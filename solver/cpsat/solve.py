@@ -55,17 +55,21 @@ def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan) -> tuple[Plan, s
 
 
 def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: int,
-                nominal_limit: float | None = None) -> Plan:
+                nominal_limit: float | None = None, hint: Plan | None = None) -> Plan:
     """Greedy hint, model, checker and reasons within ``time_limit`` seconds of wall time.
 
     The search's deterministic budget is a fixed share of ``nominal_limit`` (default
     ``time_limit``), never of measured time, so a fixed seed and worker count give the same
     plan on every run unless the wall-clock limit cuts the search short
-    (``detail["wall_capped"]``) or leaves no time for the model at all."""
+    (``detail["wall_capped"]``) or leaves no time for the model at all.
+
+    ``hint``: a feasible plan for ``snapshot`` to use as hint, fallback and floor instead of
+    the best-fit plan (a partition's share of one whole-cluster greedy plan)."""
     t0 = time.perf_counter()
     arrays = ClusterArrays(snapshot)
     state_s = time.perf_counter() - t0
-    hint = greedy_hint(snapshot, arrays, seed=seed)
+    if hint is None:
+        hint = greedy_hint(snapshot, arrays, seed=seed)
     greedy_s = time.perf_counter() - t0 - state_s
     spent = state_s + greedy_s
     if time_limit - spent * (1 + POST_SOLVE_SHARE) < MIN_MODEL_SECONDS:
