@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -59,9 +59,10 @@ def install_crds(api: client.ApiClient) -> None:
             time.sleep(0.2)
 
 
-def webhook_configs(ca_pem: bytes, port: int, namespace: str, suffix: str
+def webhook_configs(ca_pem: bytes, port: int, namespace: str | Sequence[str], suffix: str
                     ) -> list[dict[str, Any]]:
-    """Kueue's webhook configurations pointed at 127.0.0.1:port and scoped to ``namespace``."""
+    """Kueue's webhook configurations pointed at 127.0.0.1:port and scoped to ``namespace``
+    (one name or several)."""
     import base64
 
     src = binaries.component("kueue").share_dir / "webhook-manifests.yaml"
@@ -70,7 +71,8 @@ def webhook_configs(ca_pem: bytes, port: int, namespace: str, suffix: str
         if not doc:
             continue
         doc = copy.deepcopy(doc)
-        doc["metadata"]["name"] = f"kueue-{doc['metadata']['name']}-{suffix}"[:63]
+        # Truncated to a valid name: at most 63 characters, ending alphanumeric.
+        doc["metadata"]["name"] = f"kueue-{doc['metadata']['name']}-{suffix}"[:63].rstrip("-.")
         hooks = []
         for hook in doc["webhooks"]:
             groups = {g for rule in hook.get("rules", []) for g in rule.get("apiGroups", [])}
@@ -79,8 +81,7 @@ def webhook_configs(ca_pem: bytes, port: int, namespace: str, suffix: str
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}",
                                     "caBundle": base64.b64encode(ca_pem).decode()}
-            hook["namespaceSelector"] = {"matchLabels": {
-                "kubernetes.io/metadata.name": namespace}}
+            hook["namespaceSelector"] = _only(namespace)
             hook["timeoutSeconds"] = 10
             hooks.append(hook)
         doc["webhooks"] = hooks
@@ -89,8 +90,15 @@ def webhook_configs(ca_pem: bytes, port: int, namespace: str, suffix: str
     return out
 
 
+def _only(namespace: str | Sequence[str]) -> dict[str, Any]:
+    """A namespace selector matching exactly the given namespace(s)."""
+    names = [namespace] if isinstance(namespace, str) else list(namespace)
+    return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                  "values": names}]}
+
+
 def _config(workdir: Path, *, webhook_port: int, health_port: int, metrics_port: int,
-            namespace: str) -> Path:
+            namespace: str | Sequence[str], frameworks: Sequence[str]) -> Path:
     conf = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1",
         "kind": "Configuration",
@@ -101,9 +109,8 @@ def _config(workdir: Path, *, webhook_port: int, health_port: int, metrics_port:
                     "certDir": str(workdir / "webhook-certs")},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
-        "integrations": {"frameworks": ["batch/job"]},
-        "managedJobsNamespaceSelector": {"matchLabels": {
-            "kubernetes.io/metadata.name": namespace}},
+        "integrations": {"frameworks": list(frameworks)},
+        "managedJobsNamespaceSelector": _only(namespace),
     }
     path = workdir / "kueue-config.yaml"
     path.write_text(yaml.safe_dump(conf))
@@ -111,9 +118,11 @@ def _config(workdir: Path, *, webhook_port: int, health_port: int, metrics_port:
 
 
 @contextmanager
-def kueue_manager(cluster: E2ECluster, workdir: Path, namespace: str
+def kueue_manager(cluster: E2ECluster, workdir: Path, namespace: str | Sequence[str], *,
+                  frameworks: Sequence[str] = ("batch/job",)
                   ) -> Iterator[processes.ProcessRecord]:
-    """Run Kueue's manager for jobs in ``namespace`` until the block ends."""
+    """Run Kueue's manager for ``frameworks`` (its integrations: "batch/job", "pod") in
+    ``namespace`` (one or several) until the block ends."""
     assert cluster.local is not None
     exe = binaries.binary("kueue")
     if shutil.which("unshare") is None:
@@ -133,7 +142,8 @@ def kueue_manager(cluster: E2ECluster, workdir: Path, namespace: str
     work.mkdir(exist_ok=True)
     ports = {k: processes.free_port() for k in ("webhook", "health", "metrics")}
     conf = _config(workdir, webhook_port=ports["webhook"], health_port=ports["health"],
-                   metrics_port=ports["metrics"], namespace=namespace)
+                   metrics_port=ports["metrics"], namespace=namespace,
+                   frameworks=frameworks)
     script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc"
               f" && exec {exe} --config={conf} --feature-gates=VisibilityOnDemand=false"
               f" --zap-log-level=info")
@@ -147,8 +157,9 @@ def kueue_manager(cluster: E2ECluster, workdir: Path, namespace: str
         processes.wait_until(
             "kueue", lambda: processes.http_ok(f"http://127.0.0.1:{ports['health']}/readyz"),
             timeout=90, proc=proc, record=record)
+        suffix = namespace if isinstance(namespace, str) else namespace[0]
         for doc in webhook_configs(pki.ca_cert.read_bytes(), ports["webhook"], namespace,
-                                   suffix=namespace):
+                                   suffix=suffix):
             if doc["kind"] == "MutatingWebhookConfiguration":
                 adm.create_mutating_webhook_configuration(doc)
             else:

@@ -1,0 +1,257 @@
+"""Berth in front of the real Kueue manager (``release.backend: kueue``).
+
+``berth serve`` and Kueue's manager (its plain-pod integration on for the test's namespace) run
+side by side. Berth's webhook runs first (configurations are called in name order) and adds the
+tenant's LocalQueue label and, for a gang, Kueue's pod-group keys; Kueue's webhook then adds
+its own gate. Each tool removes only its own gate: Kueue when the Workload fits its
+ClusterQueue quota, Berth when its batch window places the gang. A pod binds only when both
+are gone, on the node Berth wrote.
+
+Quotas: Berth's team-a may hold 16 GPUs (plus 8 borrowed); the ClusterQueue here holds 10.
+Past 10 GPUs Kueue's quota decides: Berth releases the pod (its own quota has room) and the
+pod stays gated by Kueue, its Workload pending.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import dynamic
+from kubernetes.client.rest import ApiException
+
+from admission import constants as c
+from admission.devcluster.processes import ProcessRecord
+from e2e.berth import BerthWebhook, berth_webhook
+from e2e.conftest import E2ECluster
+from e2e.helpers import eventually, pod_manifest
+from e2e.kueue import kueue_manager
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(bool(os.environ.get("BERTH_E2E_KUBECONFIG")),
+                       reason="starts the Kueue manager and berth serve on this host"),
+]
+
+V1B1 = "kueue.x-k8s.io/v1beta1"
+QUEUE = "team-a-queue"  # tenants[team-a].queues.kueue in the sample policy
+KUEUE_GPUS = 10  # the ClusterQueue's nominal GPU quota, below Berth's 16 for team-a
+# Kueue's pod webhook adds its admission gate and, with its TopologyAwareScheduling feature
+# on (the default in v0.14), kueue.x-k8s.io/topology as well; admission without a topology
+# flavor lifts both in one update. Gates are compared by owner: Berth or Kueue.
+BOTH = frozenset({"berth", "kueue"})
+
+
+def owners(gates: object) -> frozenset[str]:
+    """Who holds a pod: "berth" for Berth's gate, "kueue" for any of Kueue's."""
+    names = {g.name for g in gates or []}  # type: ignore[attr-defined]
+    held = {"berth"} if c.SCHEDULING_GATE in names else set()
+    if any(n.startswith("kueue.x-k8s.io/") for n in names):
+        held.add("kueue")
+    return frozenset(held)
+
+
+def _kueue_backend(doc: dict[str, Any]) -> None:
+    doc["release"] = {"backend": "kueue"}
+    # A window long enough that Kueue's admission (immediate) is seen before Berth's release.
+    doc["batch"]["windowSeconds"] = 4
+
+
+@pytest.fixture
+def kueue(cluster: E2ECluster, tenant_namespaces: dict[str, str],
+          tmp_path: Path) -> Iterator[ProcessRecord]:
+    ns = tenant_namespaces["team-a"]
+    suffix = ns[-5:]
+    flavor, cq = f"gpu-{suffix}", f"cq-{suffix}"
+    with kueue_manager(cluster, tmp_path / "kueue", ns, frameworks=("pod",)) as record:
+        dyn = dynamic.DynamicClient(cluster.api)  # after Kueue's CRDs are installed
+        flavors = dyn.resources.get(api_version=V1B1, kind="ResourceFlavor")
+        cqs = dyn.resources.get(api_version=V1B1, kind="ClusterQueue")
+        lqs = dyn.resources.get(api_version=V1B1, kind="LocalQueue")
+        flavors.create(body={"apiVersion": V1B1, "kind": "ResourceFlavor",
+                             "metadata": {"name": flavor}})
+        cqs.create(body={"apiVersion": V1B1, "kind": "ClusterQueue", "metadata": {"name": cq},
+                         "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                             "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                             "flavors": [{"name": flavor, "resources": [
+                                 {"name": "cpu", "nominalQuota": "100"},
+                                 {"name": "memory", "nominalQuota": "100Gi"},
+                                 {"name": "nvidia.com/gpu",
+                                  "nominalQuota": str(KUEUE_GPUS)}]}]}]}})
+        lqs.create(namespace=ns, body={"apiVersion": V1B1, "kind": "LocalQueue",
+                                       "metadata": {"name": QUEUE},
+                                       "spec": {"clusterQueue": cq}})
+        try:
+            yield record
+        finally:
+            _delete_pods_while_kueue_runs(cluster, ns)
+            lqs.delete(name=QUEUE, namespace=ns)
+            cqs.delete(name=cq)
+            flavors.delete(name=flavor)
+
+
+def _delete_pods_while_kueue_runs(cluster: E2ECluster, ns: str) -> None:
+    """Kueue puts its finalizer on the pods it manages and lifts it as they go; delete them
+    while it still runs, and lift any finalizer left so the namespace can go."""
+    core = cluster.core
+    core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    deadline = time.monotonic() + 20
+    while core.list_namespaced_pod(ns).items and time.monotonic() < deadline:
+        time.sleep(0.3)
+    for p in core.list_namespaced_pod(ns).items:
+        with contextlib.suppress(ApiException):
+            core.patch_namespaced_pod(p.metadata.name, ns, {"metadata": {"finalizers": None}})
+
+
+@pytest.fixture
+def berth(cluster: E2ECluster, tenant_namespaces: dict[str, str], kueue: ProcessRecord,
+          tmp_path: Path) -> Iterator[BerthWebhook]:
+    with berth_webhook(cluster, tmp_path / "berth", tenant_namespaces, serve=True,
+                       edit_policy=_kueue_backend) as hook:
+        yield hook
+
+
+class GateHistory:
+    """Every set of gates each pod of a namespace was seen with, polled in the background."""
+
+    def __init__(self, cluster: E2ECluster, ns: str) -> None:
+        self.seen: dict[str, list[frozenset[str]]] = {}
+        self._core, self._ns = cluster.core, ns
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._done.is_set():
+            for p in self._core.list_namespaced_pod(self._ns).items:
+                gates = owners(p.spec.scheduling_gates)
+                states = self.seen.setdefault(p.metadata.name, [])
+                if not states or states[-1] != gates:
+                    states.append(gates)
+            time.sleep(0.05)
+
+    def __enter__(self) -> GateHistory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
+
+def _workloads(cluster: E2ECluster, ns: str) -> list[Any]:
+    res = dynamic.DynamicClient(cluster.api).resources.get(api_version=V1B1, kind="Workload")
+    return list(res.get(namespace=ns).items)
+
+
+def _conditions(workload: Any) -> dict[str, str]:
+    return {cond.type: cond.status for cond in (workload.status or {}).get("conditions") or []}
+
+
+def _logs(berth: BerthWebhook, kueue: ProcessRecord) -> str:
+    def tail(path: Path) -> str:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-25:])
+    return (f"\n--- berth serve log:\n{tail(berth.log)}"
+            f"\n--- kueue log:\n{tail(Path(kueue.log))}")
+
+
+def test_pods_pass_both_gates_each_removed_by_its_owner_and_run_where_berth_placed_them(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], kueue: ProcessRecord,
+    berth: BerthWebhook
+) -> None:
+    ns = tenant_namespaces["team-a"]
+    core = cluster.core
+    gang = {c.ANNOTATION_GANG: "pair", c.ANNOTATION_GANG_SIZE: "2"}
+    with GateHistory(cluster, ns) as history:
+        made = [core.create_namespaced_pod(ns, pod_manifest("solo", gpus=2))]
+        made += [core.create_namespaced_pod(ns, pod_manifest(f"pair-{i}", gpus=4,
+                                                             annotations=dict(gang)))
+                 for i in range(2)]
+        # As stored at CREATE: both webhooks ran, Berth's first.
+        for p in made:
+            gates = [g.name for g in p.spec.scheduling_gates or []]
+            assert c.KUEUE_GATE in gates and owners(p.spec.scheduling_gates) == BOTH, \
+                f"{p.metadata.name} created with gates {gates}"
+            assert p.metadata.labels[c.KUEUE_QUEUE_LABEL] == QUEUE
+        for p in made[1:]:
+            assert p.metadata.labels[c.KUEUE_POD_GROUP_LABEL] == \
+                p.metadata.labels[c.LABEL_GANG]
+            assert p.metadata.annotations[c.KUEUE_POD_GROUP_COUNT] == "2"
+        try:
+            pods = eventually(lambda: core.list_namespaced_pod(ns).items,
+                              lambda ps: len(ps) == 3 and all(p.status.phase == "Running"
+                                                              for p in ps),
+                              timeout=120, what="all three pods admitted, released and run")
+            # 2 + 2 x 4 = 10 GPUs: within the ClusterQueue's quota, so Kueue admitted both
+            # workloads (one per pod group).
+            admitted = eventually(lambda: _workloads(cluster, ns),
+                                  lambda ws: len(ws) == 2 and all(
+                                      _conditions(w).get("Admitted") == "True" for w in ws),
+                                  timeout=30, what="both Kueue Workloads Admitted")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{_logs(berth, kueue)}") from None
+    assert len(admitted) == 2
+    for p in pods:
+        name = p.metadata.name
+        assert not p.spec.scheduling_gates
+        assert p.spec.node_name == p.metadata.annotations[c.ANNOTATION_ASSIGNED_NODE], \
+            f"{name} bound to {p.spec.node_name}, Berth placed it elsewhere"
+        states = history.seen[name]
+        # Each tool removed its own gate only: every state on the way is one of these, and
+        # the gates went one at a time (never both in one update).
+        assert len(states) == 3 and states[0] == BOTH and states[-1] == frozenset(), \
+            f"{name}: gates did not go one at a time: {states}"
+    # Kueue admits at once; Berth waits for its window: Kueue's gate went first here.
+    assert any(history.seen[p.metadata.name][1] == frozenset({"berth"})
+               for p in pods), {k: [sorted(s) for s in v] for k, v in history.seen.items()}
+    # The gang landed where Berth put it, both pods at once.
+    assert {p.metadata.name for p in pods} == {"solo", "pair-0", "pair-1"}
+
+
+def test_over_kueue_quota_a_pod_berth_released_stays_gated_by_kueue(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], kueue: ProcessRecord,
+    berth: BerthWebhook
+) -> None:
+    ns = tenant_namespaces["team-a"]
+    core = cluster.core
+    core.create_namespaced_pod(ns, pod_manifest("first", gpus=8))
+    try:
+        eventually(lambda: core.read_namespaced_pod("first", ns),
+                   lambda p: p.status.phase == "Running",
+                   timeout=120, what="the first 8-GPU pod to run")
+        # 8 of Kueue's 10 GPUs are taken; 4 more fit Berth's quota (16) but not Kueue's.
+        core.create_namespaced_pod(ns, pod_manifest("over", gpus=4))
+        over = eventually(lambda: core.read_namespaced_pod("over", ns),
+                          lambda p: c.ANNOTATION_ASSIGNED_NODE in (p.metadata.annotations
+                                                                   or {}),
+                          timeout=60, what="Berth to release the 4-GPU pod")
+        time.sleep(6)  # Kueue has had every chance; the pod must still wait on its gate
+        over = core.read_namespaced_pod("over", ns)
+        pending = [w for w in _workloads(cluster, ns)
+                   if _conditions(w).get("QuotaReserved") != "True"]
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}{_logs(berth, kueue)}") from None
+    gates = [g.name for g in over.spec.scheduling_gates or []]
+    assert owners(over.spec.scheduling_gates) == {"kueue"} and c.KUEUE_GATE in gates, \
+        f"over-quota pod has gates {gates}, expected Kueue's alone{_logs(berth, kueue)}"
+    assert over.spec.node_name is None
+    assert len(pending) == 1, [w.metadata.name for w in _workloads(cluster, ns)]
+    # Kueue's verdict names its quota: nvidia.com/gpu in the ClusterQueue.
+    messages = [cond.message for cond in pending[0].status.conditions or []
+                if cond.type == "QuotaReserved"]
+    assert any("nvidia.com/gpu" in m for m in messages), messages
+
+    # Kueue's quota frees when the first pod goes; the held pod then binds where Berth put it.
+    core.delete_namespaced_pod("first", ns, grace_period_seconds=0)
+    try:
+        ran = eventually(lambda: core.read_namespaced_pod("over", ns),
+                         lambda p: p.status.phase == "Running", timeout=90,
+                         what="the held pod to be admitted by Kueue and run")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}{_logs(berth, kueue)}") from None
+    assert ran.spec.node_name == ran.metadata.annotations[c.ANNOTATION_ASSIGNED_NODE]
