@@ -13,6 +13,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from admission import constants as c
@@ -38,6 +39,7 @@ class GangIdentity:
         return label_value(self.name)
 
 
+@lru_cache(maxsize=4096)  # pure; the pods of one gang arrive together and share the name
 def label_value(name: str) -> str:
     """``name`` as a valid label value (63 chars max); long or odd names get a hash suffix."""
     if len(name) <= 63 and _LABEL_VALUE.match(name):

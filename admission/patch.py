@@ -32,6 +32,12 @@ def _pointer(parts: tuple[Part, ...]) -> str:
     return "".join("/" + escape(str(p)) for p in parts)
 
 
+@lru_cache(maxsize=4096)
+def member(base: str, key: str) -> str:
+    """The pointer of member ``key`` of the map at pointer ``base``."""
+    return base + "/" + escape(key)
+
+
 class PatchBuilder:
     def __init__(self, obj: dict[str, Any]) -> None:
         self.obj = obj
@@ -53,15 +59,25 @@ class PatchBuilder:
         return tuple(parts) in self._made or self._get(parts)[0]
 
     def _ensure_map(self, parts: Sequence[Part]) -> None:
+        # One walk down from the root (not one per prefix): ``node`` is the value at the
+        # current prefix in the pod as it arrived, None once the pod has nothing there.
+        node: Any = self.obj
+        made = self._made
         for i in range(1, len(parts) + 1):
-            prefix = tuple(parts[:i])
-            if prefix in self._made:
+            p = parts[i - 1]
+            if isinstance(node, dict) and isinstance(p, str):
+                node = node.get(p)
+            elif isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node):
+                node = node[p]
+            else:
+                node = None
+            if node is not None:
                 continue
-            found, value = self._get(prefix)
-            if found and value is not None:
+            prefix = tuple(parts[:i])
+            if prefix in made:
                 continue
             self.ops.append({"op": "add", "path": pointer(prefix), "value": {}})
-            self._made.add(prefix)
+            made.add(prefix)
 
     def set(self, parts: Sequence[Part], value: Any) -> None:
         """Set a member of a map, creating the parent maps that are missing."""
@@ -88,13 +104,14 @@ class PatchBuilder:
         """Give the map at ``parts`` these ``values`` and remove the ``drop`` keys: one op per
         changed key when the map exists (small patches), else one op adding the whole map."""
         if isinstance(existing, dict) and tuple(parts) not in self._made:
-            base = pointer(parts) + "/"
+            base = pointer(parts)
+            ops = self.ops
             for key in drop:
                 if key in existing:
-                    self.ops.append({"op": "remove", "path": base + escape(key)})
+                    ops.append({"op": "remove", "path": member(base, key)})
             for key, value in values.items():
                 if existing.get(key) != value:
-                    self.ops.append({"op": "add", "path": base + escape(key), "value": value})
+                    ops.append({"op": "add", "path": member(base, key), "value": value})
             return
         self.set(parts, dict(values))
 

@@ -11,16 +11,17 @@ Berth's scheduling gate.
 
 from __future__ import annotations
 
-import base64
 import json
 import math
+from binascii import b2a_base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from admission import constants as c
 from admission.gang import GangError, GangIdentity, identify_gang
-from admission.patch import PatchBuilder
+from admission.patch import PatchBuilder, pointer
 from admission.policy_model import Policy, Tenant
 from admission.review_demand import (
     GpuDemand,
@@ -33,6 +34,7 @@ from admission.review_types import (
     AdmissionRequest,
     AdmissionResponse,
     AdmissionReviewResponse,
+    PatchOp,
 )
 from admission.sharing import SharingAdapter, SharingError, Translation, adapter_for
 
@@ -75,6 +77,36 @@ class Decision:
 
 
 @dataclass(frozen=True, slots=True)
+class TenantRules:
+    """A tenant's fields the review reads, taken out of the policy model once (several are
+    derived properties that would otherwise be recomputed on every pod)."""
+
+    tenant: Tenant
+    name: str
+    ceiling_milli: int | None
+    max_gpus_per_pod: int | None
+    max_gang_size: int | None
+    queue: str | None
+    default_qos_class: str | None
+    allowed_models: tuple[str, ...]  # empty: any model
+    allowed_qos_classes: tuple[str, ...]  # empty: any class
+
+    @staticmethod
+    def build(tenant: Tenant, policy: Policy) -> TenantRules:
+        return TenantRules(
+            tenant=tenant,
+            name=tenant.name,
+            ceiling_milli=tenant.ceiling_milli,
+            max_gpus_per_pod=tenant.limits.max_gpus_per_pod,
+            max_gang_size=tenant.limits.max_gang_size,
+            queue=policy.queue_for(tenant),
+            default_qos_class=tenant.default_qos_class,
+            allowed_models=tuple(tenant.allowed_models),
+            allowed_qos_classes=tuple(tenant.allowed_qos_classes),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ReviewContext:
     policy: Policy
     adapter: SharingAdapter
@@ -82,8 +114,15 @@ class ReviewContext:
     model_memory: Mapping[str, int]
     levels: frozenset[str]
     qos_classes: frozenset[str]
-    by_namespace: Mapping[str, Tenant]
+    by_namespace: Mapping[str, TenantRules]
     generation: str
+    refuse_tenant_mismatch: bool
+    require_gang_size: bool
+    release_backend: str
+    sharing_backend: str
+    # Adapters are pure: a demand's translation is computed once per policy version (failures
+    # are not cached, so their message is built again each time, as before).
+    translations: dict[tuple[int, int, int], Translation]
 
     @staticmethod
     def build(policy: Policy) -> ReviewContext:
@@ -96,14 +135,34 @@ class ReviewContext:
             model_memory={m.name: m.memory_mib for m in policy.gpu_models},
             levels=frozenset(level.name for level in policy.topology.levels),
             qos_classes=frozenset(q.name for q in policy.qos_classes),
+            refuse_tenant_mismatch=policy.admission.tenant_mismatch == "refuse",
+            require_gang_size=bool(policy.admission.require_gang_size),
+            release_backend=policy.release.backend,
+            sharing_backend=policy.sharing.backend,
+            translations={},
         )
 
+    def translate(self, milli: int, count: int, memory_mib: int) -> Translation:
+        """The adapter's translation of a share (``milli`` < 1000) or of ``count`` whole GPUs;
+        :class:`SharingError` when the backend cannot express it."""
+        key = (milli, count, memory_mib) if milli < 1000 else (1000, count, 0)
+        found = self.translations.get(key)
+        if found is None:
+            if milli < 1000:
+                found = self.adapter.share(milli, memory_mib)
+            else:
+                found = self.adapter.whole(count)
+            if len(self.translations) < 4096:  # bounded: counts and memory come from pods
+                self.translations[key] = found
+        return found
 
-def _namespaces(policy: Policy) -> dict[str, Tenant]:
-    found: dict[str, Tenant] = {}
+
+def _namespaces(policy: Policy) -> dict[str, TenantRules]:
+    found: dict[str, TenantRules] = {}
     for tenant in policy.tenants:
         for ns in tenant.namespaces:
-            found.setdefault(ns, tenant)  # validation refuses a namespace claimed twice
+            if ns not in found:  # validation refuses a namespace claimed twice
+                found[ns] = TenantRules.build(tenant, policy)
     return found
 
 
@@ -187,8 +246,8 @@ def review(request: Mapping[str, Any], policy: Policy) -> Decision:
     meta = meta if isinstance(meta, dict) else {}
     namespace = request.get("namespace") or meta.get("namespace") or ""
     ctx = context_for(policy)
-    tenant = ctx.by_namespace.get(str(namespace))
-    if tenant is None:
+    rules = ctx.by_namespace.get(str(namespace))
+    if rules is None:
         return _allow(uid, "unmanaged-namespace")
     try:
         mapping(pod, "metadata", "metadata")
@@ -199,61 +258,78 @@ def review(request: Mapping[str, Any], policy: Policy) -> Decision:
         return _deny(uid, [problem])
     if demand is None:
         return _allow(uid, "no-gpu")
-    return _admit(uid, request, pod, meta, labels, annotations, demand, tenant, ctx)
+    return _admit(uid, request, pod, meta, labels, annotations, demand, rules, ctx)
 
 
 def _admit(
     uid: str, request: Mapping[str, Any], pod: dict[str, Any], meta: Mapping[str, Any],
     labels: Mapping[str, str], annotations: Mapping[str, str], demand: GpuDemand,
-    tenant: Tenant, ctx: ReviewContext,
+    rules: TenantRules, ctx: ReviewContext,
 ) -> Decision:
-    policy = ctx.policy
     problems: list[PodProblem] = []
     warnings: list[str] = []
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    assert isinstance(spec, dict)
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        spec = {}
 
-    _check_tenant(tenant, labels, annotations, policy, problems, warnings)
-    _check_env(spec, demand, problems)
+    # The checks run in a fixed order (the refusal lists every problem in that order); the
+    # cheap common case of each is tested here so that a pod without it costs no call.
+    if c.LABEL_TENANT in labels or c.LABEL_TENANT in annotations:
+        _check_tenant(rules, labels, annotations, ctx, problems, warnings)
+    env_names = _check_env(demand, problems)
     if spec.get("nodeName"):
         problems.append(PodProblem(
             "spec.nodeName", "a GPU pod managed by Berth is placed by Berth; remove nodeName",
             "node-name-set"))
-    scheduler = _scheduler(spec, policy, problems)
-    models = _models(demand, tenant, ctx, problems)
-    milli, count = _share(demand, models, ctx, problems)
-    translation = _translate(ctx.adapter, milli, count, demand, problems)
+    scheduler = _scheduler(spec, problems) if ctx.release_backend == "volcano" else None
+    models = _models(demand, rules, problems) if demand.models else rules.allowed_models
+    if demand.fraction is None and demand.memory_mib == 0:
+        milli, count = 1000, demand.count
+    else:
+        milli, count = _share(demand, models, ctx, problems)
+    translation = _translate(ctx, milli, count, demand, problems)
     if translation is not None:
         milli = translation.milli
     fallback = str(request.get("name") or meta.get("name") or uid)
-    gang = _gang(meta, labels, annotations, fallback, tenant, policy, problems)
-    _check_limits(tenant, count, milli, gang, problems)
-    qos = _qos(annotations, tenant, ctx, problems)
-    _check_topology(annotations, ctx, problems)
-    _check_priority(annotations, problems)
+    gang = _gang(meta, labels, annotations, fallback, rules, ctx, problems)
+    _check_limits(rules, count, milli, gang, problems)
+    qos = annotations.get(c.ANNOTATION_QOS_CLASS) or rules.default_qos_class
+    if qos is not None:
+        _check_qos(qos, rules, ctx, problems)
+    if c.ANNOTATION_TOPOLOGY in annotations:
+        _check_topology(annotations, ctx, problems)
+    if c.ANNOTATION_PRIORITY in annotations:
+        _check_priority(annotations, problems)
     if problems or translation is None or gang is None:
         return _deny(uid, problems)
 
     patch = PatchBuilder(pod)
-    _patch_metadata(patch, tenant, gang, qos, count, milli, demand, models, ctx, labels,
+    _patch_metadata(patch, meta, rules, gang, qos, count, milli, demand, models, ctx, labels,
                     annotations, warnings)
-    _patch_resources(patch, spec, demand, translation, ctx.adapter, milli)
-    _patch_env(patch, spec, demand, translation)
+    _patch_resources(patch, demand, translation, ctx, milli)
+    _patch_env(patch, demand, translation, env_names)
     gates = spec.get("schedulingGates")
-    if not (isinstance(gates, list)
-            and any(isinstance(g, dict) and g.get("name") == c.SCHEDULING_GATE for g in gates)):
-        patch.extend_list(("spec", "schedulingGates"), gates, [{"name": c.SCHEDULING_GATE}])
+    if not isinstance(gates, list):
+        # spec is the pod's own map here (a pod without one has no container, so no demand)
+        patch.ops.append({"op": "add", "path": "/spec/schedulingGates",
+                          "value": [{"name": c.SCHEDULING_GATE}]})
+    elif not any(isinstance(g, dict) and g.get("name") == c.SCHEDULING_GATE for g in gates):
+        patch.extend_list(("spec", "schedulingGates"), gates, _GATE)
     if scheduler is not None:
         patch.set(("spec", "schedulerName"), scheduler)
     response: AdmissionResponse = {
         "uid": uid,
         "allowed": True,
         "patchType": "JSONPatch",
-        "patch": base64.b64encode(dumps(patch.ops)).decode(),
+        "patch": b2a_base64(dumps(patch.ops), newline=False).decode("ascii"),
     }
     if warnings:
         response["warnings"] = warnings
     return Decision(response, "mutated", "admitted")
+
+
+# Berth's scheduling gate as the patch adds it (serialised, never mutated).
+_GATE = ({"name": c.SCHEDULING_GATE},)
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,46 +338,54 @@ def _admit(
 
 
 def _check_tenant(
-    tenant: Tenant, labels: Mapping[str, str], annotations: Mapping[str, str], policy: Policy,
-    problems: list[PodProblem], warnings: list[str],
+    rules: TenantRules, labels: Mapping[str, str], annotations: Mapping[str, str],
+    ctx: ReviewContext, problems: list[PodProblem], warnings: list[str],
 ) -> None:
+    name = rules.name
     for where, values in (("labels", labels), ("annotations", annotations)):
         claimed = values.get(c.LABEL_TENANT)
-        if claimed is None or claimed == tenant.name:
+        if claimed is None or claimed == name:
             continue
         path = f"metadata.{where}[{c.LABEL_TENANT}]"
-        if policy.admission.tenant_mismatch == "refuse":
+        if ctx.refuse_tenant_mismatch:
             problems.append(PodProblem(
                 path, f"claims tenant {claimed!r} but the namespace belongs to tenant "
-                f"{tenant.name!r}; remove it or set it to {tenant.name!r}", "tenant-mismatch"))
+                f"{name!r}; remove it or set it to {name!r}", "tenant-mismatch"))
         else:
-            warnings.append(f"{path}: tenant {claimed!r} replaced by {tenant.name!r} "
+            warnings.append(f"{path}: tenant {claimed!r} replaced by {name!r} "
                             "(the namespace's tenant)")
 
 
-def _check_env(spec: Mapping[str, Any], demand: GpuDemand, problems: list[PodProblem]) -> None:
-    """The patch appends to each GPU container's env, which must therefore be a list."""
+def _check_env(demand: GpuDemand, problems: list[PodProblem]) -> dict[int, set[str]]:
+    """The patch appends to each GPU container's env, which must therefore be a list of named
+    entries; returns the names each GPU container's env already has (one walk serves both)."""
     mains = demand.containers
+    names: dict[int, set[str]] = {}
     for i in demand.gpu_containers:
         env = mains[i].get("env")
         if env is None:
+            names[i] = set()
             continue
+        have: set[str] = set()
         ok = isinstance(env, list)
         if ok:
             for e in env:
-                if not (isinstance(e, dict) and isinstance(e.get("name"), str)):
+                name = e.get("name") if isinstance(e, dict) else None
+                if not isinstance(name, str):
                     ok = False
                     break
-        if not ok:
+                have.add(name)
+        if ok:
+            names[i] = have
+        else:
             problems.append(PodProblem(f"spec.containers[{i}].env",
                                        "must be a list of {name, value|valueFrom}",
                                        "malformed-pod"))
+    return names
 
 
-def _scheduler(spec: Mapping[str, Any], policy: Policy, problems: list[PodProblem]) -> str | None:
+def _scheduler(spec: Mapping[str, Any], problems: list[PodProblem]) -> str | None:
     """Volcano needs ``schedulerName: volcano`` set at creation (it is immutable afterwards)."""
-    if policy.release.backend != "volcano":
-        return None
     name = spec.get("schedulerName")
     if name in (None, "", "default-scheduler"):
         return c.VOLCANO_SCHEDULER
@@ -312,18 +396,15 @@ def _scheduler(spec: Mapping[str, Any], policy: Policy, problems: list[PodProble
     return None
 
 
-def _models(
-    demand: GpuDemand, tenant: Tenant, ctx: ReviewContext, problems: list[PodProblem]
-) -> tuple[str, ...]:
-    allowed = tenant.allowed_models
-    if not demand.models:
-        return tuple(allowed)
+def _models(demand: GpuDemand, rules: TenantRules, problems: list[PodProblem]) -> tuple[str, ...]:
+    """The models the pod named, less those the tenant may not use (a problem each)."""
+    allowed = rules.allowed_models
     if allowed:
         bad = [m for m in demand.models if m not in allowed]
         if bad:
             problems.append(PodProblem(
                 f"metadata.annotations[{c.ANNOTATION_GPU_MODELS}]",
-                f"GPU model {', '.join(bad)} is not allowed for tenant {tenant.name!r}; "
+                f"GPU model {', '.join(bad)} is not allowed for tenant {rules.name!r}; "
                 f"use one of: {', '.join(allowed)}", "model-not-allowed"))
             return tuple(m for m in demand.models if m in allowed)
     return demand.models
@@ -334,8 +415,6 @@ def _share(
 ) -> tuple[int, int]:
     """(milli-GPU per GPU, GPU count) after the grid: an explicit fraction must sit on the grid,
     a memory request is rounded up to the next grid value."""
-    if demand.fraction is None and demand.memory_mib == 0:
-        return 1000, demand.count
     known = [ctx.model_memory[m] for m in (models or tuple(ctx.model_memory))
              if m in ctx.model_memory]
     smallest = min(known) if known else None
@@ -365,13 +444,10 @@ def _share(
 
 
 def _translate(
-    adapter: SharingAdapter, milli: int, count: int, demand: GpuDemand,
-    problems: list[PodProblem],
+    ctx: ReviewContext, milli: int, count: int, demand: GpuDemand, problems: list[PodProblem],
 ) -> Translation | None:
     try:
-        if milli < 1000:
-            return adapter.share(milli, demand.memory_mib)
-        return adapter.whole(count)
+        return ctx.translate(milli, count, demand.memory_mib)
     except SharingError as exc:
         key = demand.fraction_source or c.ANNOTATION_GPU_MEMORY
         problems.append(PodProblem(f"metadata.annotations[{key}]", str(exc), "sharing"))
@@ -380,39 +456,41 @@ def _translate(
 
 def _gang(
     meta: Mapping[str, Any], labels: Mapping[str, str], annotations: Mapping[str, str],
-    fallback: str, tenant: Tenant, policy: Policy, problems: list[PodProblem],
+    fallback: str, rules: TenantRules, ctx: ReviewContext, problems: list[PodProblem],
 ) -> GangIdentity | None:
     try:
         gang = identify_gang(meta, labels, annotations, fallback)
     except GangError as exc:
         problems.append(PodProblem(exc.path, exc.message, "gang-size"))
         return None
-    if gang.size is None and policy.admission.require_gang_size:
+    if gang.size is None and ctx.require_gang_size:
         problems.append(PodProblem(
             f"metadata.annotations[{c.ANNOTATION_GANG_SIZE}]",
             f"the size of gang {gang.name!r} ({gang.source}) is not stated on the pod; "
             f"annotate {c.ANNOTATION_GANG_SIZE} with the number of pods", "gang-size"))
-    limit = tenant.limits.max_gang_size
+    limit = rules.max_gang_size
     if gang.size is not None and limit is not None and gang.size > limit:
         problems.append(PodProblem(
             f"metadata.annotations[{c.ANNOTATION_GANG_SIZE}]",
-            f"a gang of {gang.size} pods exceeds tenant {tenant.name!r}'s limit of {limit}; "
+            f"a gang of {gang.size} pods exceeds tenant {rules.name!r}'s limit of {limit}; "
             "split the job", "over-limit"))
     return gang
 
 
+_LIMITS_PATH = f"spec.containers[*].resources.limits[{c.RESOURCE_GPU}]"
+
+
 def _check_limits(
-    tenant: Tenant, count: int, milli: int, gang: GangIdentity | None,
+    rules: TenantRules, count: int, milli: int, gang: GangIdentity | None,
     problems: list[PodProblem],
 ) -> None:
-    path = f"spec.containers[*].resources.limits[{c.RESOURCE_GPU}]"
-    limit = tenant.limits.max_gpus_per_pod
+    limit = rules.max_gpus_per_pod
     if limit is not None and count > limit:
         problems.append(PodProblem(
-            path, f"{count} GPUs exceed tenant {tenant.name!r}'s limit of {limit} per pod; "
-            "ask for fewer or split the pod", "over-limit"))
+            _LIMITS_PATH, f"{count} GPUs exceed tenant {rules.name!r}'s limit of {limit} per "
+            "pod; ask for fewer or split the pod", "over-limit"))
         return
-    ceiling = tenant.ceiling_milli
+    ceiling = rules.ceiling_milli
     if ceiling is None:
         return
     pods = gang.size if gang is not None and gang.size else 1
@@ -420,35 +498,28 @@ def _check_limits(
     if need > ceiling:
         what = f"{count * milli / 1000:g} GPUs" + (f" x {pods} pods" if pods > 1 else "")
         problems.append(PodProblem(
-            path, f"{what} can never be admitted: tenant {tenant.name!r} holds at most "
+            _LIMITS_PATH, f"{what} can never be admitted: tenant {rules.name!r} holds at most "
             f"{ceiling / 1000:g} GPUs (quota plus borrowing); ask for less", "over-quota"))
 
 
-def _qos(
-    annotations: Mapping[str, str], tenant: Tenant, ctx: ReviewContext,
-    problems: list[PodProblem],
-) -> str | None:
-    name = annotations.get(c.ANNOTATION_QOS_CLASS) or tenant.default_qos_class
-    if name is None:
-        return None
+def _check_qos(
+    name: str, rules: TenantRules, ctx: ReviewContext, problems: list[PodProblem],
+) -> None:
     path = f"metadata.annotations[{c.ANNOTATION_QOS_CLASS}]"
     if name not in ctx.qos_classes:
         known = ", ".join(sorted(ctx.qos_classes)) or "none"
         problems.append(PodProblem(path, f"unknown QoS class {name!r}; use one of: {known}",
                                    "bad-qos-class"))
-    elif tenant.allowed_qos_classes and name not in tenant.allowed_qos_classes:
+    elif rules.allowed_qos_classes and name not in rules.allowed_qos_classes:
         problems.append(PodProblem(
-            path, f"QoS class {name!r} is not allowed for tenant {tenant.name!r}; use one of: "
-            f"{', '.join(tenant.allowed_qos_classes)}", "bad-qos-class"))
-    return name
+            path, f"QoS class {name!r} is not allowed for tenant {rules.name!r}; use one of: "
+            f"{', '.join(rules.allowed_qos_classes)}", "bad-qos-class"))
 
 
 def _check_topology(
     annotations: Mapping[str, str], ctx: ReviewContext, problems: list[PodProblem]
 ) -> None:
-    raw = annotations.get(c.ANNOTATION_TOPOLOGY)
-    if raw is None:
-        return
+    raw = annotations[c.ANNOTATION_TOPOLOGY]
     mode, _, level = raw.rpartition(":")
     if mode not in ("", "required", "preferred") or level not in ctx.levels:
         problems.append(PodProblem(
@@ -458,8 +529,8 @@ def _check_topology(
 
 
 def _check_priority(annotations: Mapping[str, str], problems: list[PodProblem]) -> None:
-    raw = annotations.get(c.ANNOTATION_PRIORITY)
-    if raw is not None and not raw.strip().lstrip("-").isdigit():
+    raw = annotations[c.ANNOTATION_PRIORITY]
+    if not raw.strip().lstrip("-").isdigit():
         problems.append(PodProblem(f"metadata.annotations[{c.ANNOTATION_PRIORITY}]",
                                    f"must be a whole number, got {raw!r}", "bad-priority"))
 
@@ -468,56 +539,60 @@ def _check_priority(annotations: Mapping[str, str], problems: list[PodProblem]) 
 # The patch
 # --------------------------------------------------------------------------------------------
 
+_LABELS = ("metadata", "labels")
+_ANNOTATIONS = ("metadata", "annotations")
+
 
 def _patch_metadata(
-    patch: PatchBuilder, tenant: Tenant, gang: GangIdentity, qos: str | None, count: int,
-    milli: int, demand: GpuDemand, models: tuple[str, ...], ctx: ReviewContext,
-    labels: Mapping[str, str], annotations: Mapping[str, str], warnings: list[str],
+    patch: PatchBuilder, meta: Mapping[str, Any], rules: TenantRules, gang: GangIdentity,
+    qos: str | None, count: int, milli: int, demand: GpuDemand, models: tuple[str, ...],
+    ctx: ReviewContext, labels: Mapping[str, str], annotations: Mapping[str, str],
+    warnings: list[str],
 ) -> None:
-    policy = ctx.policy
+    gang_label = gang.label
     new_labels = {
         c.LABEL_MANAGED: "true",
-        c.LABEL_TENANT: tenant.name,
-        c.LABEL_GANG: gang.label,
+        c.LABEL_TENANT: rules.name,
+        c.LABEL_GANG: gang_label,
     }
     if qos:
         new_labels[c.LABEL_QOS_CLASS] = qos
-    backend_annotations: dict[str, str] = {}
-    queue = policy.queue_for(tenant)
-    _backend_keys_at_creation(policy.release.backend, queue, gang, labels, annotations,
-                              new_labels, backend_annotations)
-    meta = patch.obj.get("metadata")
-    existing = meta if isinstance(meta, dict) else {}
-    patch.merge_map(("metadata", "labels"), existing.get("labels"), new_labels)
+    queue = rules.queue
     new_annotations = {
-        c.ANNOTATION_TENANT: tenant.name,
+        c.ANNOTATION_TENANT: rules.name,
         c.ANNOTATION_GANG_NAME: gang.name,
         c.ANNOTATION_GANG_SOURCE: gang.source,
         c.ANNOTATION_GPU_COUNT: str(count),
         c.ANNOTATION_GPU_MILLI: str(milli),
         c.ANNOTATION_GPU_MEMORY_MIB: str(demand.memory_mib),
         c.ANNOTATION_ALLOWED_MODELS: ",".join(models),
-        c.ANNOTATION_SHARING: policy.sharing.backend,
+        c.ANNOTATION_SHARING: ctx.sharing_backend,
         c.ANNOTATION_POLICY_GENERATION: ctx.generation,
     }
     if gang.size is not None:
         new_annotations[c.ANNOTATION_GANG_SIZE] = str(gang.size)
     if queue:
         new_annotations[c.ANNOTATION_QUEUE] = queue
-    new_annotations.update(backend_annotations)
-    drop = [key for key in c.ASSIGNMENT_ANNOTATIONS if key in annotations]
+    backend = ctx.release_backend
+    if backend == "kueue" or backend == "volcano":
+        _backend_keys_at_creation(backend, queue, gang, gang_label, labels, annotations,
+                                  new_labels, new_annotations)
+    # ``meta`` is the pod's metadata map as it arrived (``{}`` when it had none).
+    patch.merge_map(_LABELS, meta.get("labels"), new_labels)
+    drop = [key for key in c.ASSIGNMENT_ANNOTATIONS if key in annotations] if annotations else []
     for key in drop:
         warnings.append(f"metadata.annotations[{key}]: removed; only Berth assigns GPUs")
-    if isinstance(existing.get("annotations"), dict):
-        patch.merge_map(("metadata", "annotations"), existing["annotations"], new_annotations,
-                        drop)
+    existing = meta.get("annotations")
+    if isinstance(existing, dict):
+        patch.merge_map(_ANNOTATIONS, existing, new_annotations, drop)
     else:
-        patch.set(("metadata", "annotations"), new_annotations)
+        patch.set(_ANNOTATIONS, new_annotations)
 
 
 def _backend_keys_at_creation(
-    backend: str, queue: str | None, gang: GangIdentity, labels: Mapping[str, str],
-    annotations: Mapping[str, str], new_labels: dict[str, str], new_annotations: dict[str, str],
+    backend: str, queue: str | None, gang: GangIdentity, gang_label: str,
+    labels: Mapping[str, str], annotations: Mapping[str, str], new_labels: dict[str, str],
+    new_annotations: dict[str, str],
 ) -> None:
     """Keys the release backend reads only at creation, added where the user left them out.
 
@@ -530,18 +605,18 @@ def _backend_keys_at_creation(
         if queue and c.KUEUE_QUEUE_LABEL not in labels:
             new_labels[c.KUEUE_QUEUE_LABEL] = queue
         if group and c.KUEUE_POD_GROUP_LABEL not in labels:
-            new_labels[c.KUEUE_POD_GROUP_LABEL] = gang.label
+            new_labels[c.KUEUE_POD_GROUP_LABEL] = gang_label
             new_annotations[c.KUEUE_POD_GROUP_COUNT] = str(gang.size)
     elif backend == "volcano":
         if queue and c.VOLCANO_QUEUE_ANNOTATION not in annotations:
             new_annotations[c.VOLCANO_QUEUE_ANNOTATION] = queue
         if c.VOLCANO_GROUP_ANNOTATION not in annotations:
-            new_annotations[c.VOLCANO_GROUP_ANNOTATION] = gang.label
+            new_annotations[c.VOLCANO_GROUP_ANNOTATION] = gang_label
 
 
 def _patch_resources(
-    patch: PatchBuilder, spec: Mapping[str, Any], demand: GpuDemand, translation: Translation,
-    adapter: SharingAdapter, milli: int,
+    patch: PatchBuilder, demand: GpuDemand, translation: Translation, ctx: ReviewContext,
+    milli: int,
 ) -> None:
     mains = demand.containers
     if milli < 1000:
@@ -549,7 +624,7 @@ def _patch_resources(
         return
     for i in demand.gpu_containers:
         have = _gpu_count(mains[i])
-        t = adapter.whole(max(have, 1)) if have else translation
+        t = ctx.translate(1000, have, 0) if have else translation
         if have and t.resources == ((c.RESOURCE_GPU, have),) and not t.remove:
             continue  # already says what the backend needs
         _apply(patch, mains, i, t)
@@ -588,16 +663,29 @@ _DOWNWARD_ENTRIES = tuple(
     (name, {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}})
     for name, path in c.DOWNWARD_ENV
 )
+_DOWNWARD_NAMES = frozenset(name for name, _ in _DOWNWARD_ENTRIES)
+
+
+@lru_cache(maxsize=64)
+def _downward_ops(index: int) -> tuple[PatchOp, ...]:
+    """The ops appending every downward-API entry to container ``index``'s existing env: the
+    same on every pod, so built once (the patch is only serialised, never mutated)."""
+    path = pointer(("spec", "containers", index, "env")) + "/-"
+    return tuple({"op": "add", "path": path, "value": entry} for _, entry in _DOWNWARD_ENTRIES)
 
 
 def _patch_env(
-    patch: PatchBuilder, spec: Mapping[str, Any], demand: GpuDemand, translation: Translation
+    patch: PatchBuilder, demand: GpuDemand, translation: Translation,
+    env_names: Mapping[int, set[str]],
 ) -> None:
     mains = demand.containers
     for i in demand.gpu_containers:
+        have = env_names[i]
         env = mains[i].get("env")
-        have = {e["name"] for e in env} if isinstance(env, list) else set()
+        extra = translation.env if i == demand.container else ()
+        if env is not None and not extra and have.isdisjoint(_DOWNWARD_NAMES):
+            patch.ops.extend(_downward_ops(i))  # the common case: a list to append to
+            continue
         added: list[Any] = [entry for name, entry in _DOWNWARD_ENTRIES if name not in have]
-        if i == demand.container:
-            added += [{"name": n, "value": v} for n, v in translation.env if n not in have]
+        added += [{"name": n, "value": v} for n, v in extra if n not in have]
         patch.extend_list(("spec", "containers", i, "env"), env, added)

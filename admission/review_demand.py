@@ -63,21 +63,34 @@ def containers(spec: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     value = spec.get(key)
     if value is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(x, dict) for x in value):
+    if not isinstance(value, list):
         raise PodProblem(f"spec.{key}", "must be a list of containers", "malformed-pod")
+    for x in value:
+        if not isinstance(x, dict):
+            raise PodProblem(f"spec.{key}", "must be a list of containers", "malformed-pod")
     return value
 
 
-def _gpus(container: Mapping[str, Any], path: str) -> int:
-    resources = mapping(container, "resources", f"{path}.resources")
+def _gpus(container: Mapping[str, Any], key: str, index: int) -> int:
+    """Whole GPUs in ``spec.<key>[index]``'s limits (else requests). Field paths are built
+    only for an error message: this runs for every container of every GPU pod."""
+    resources = container.get("resources")
+    if resources is None:
+        return 0
+    if not isinstance(resources, dict):
+        mapping(container, "resources", f"spec.{key}[{index}].resources")  # raises
     for kind in ("limits", "requests"):
-        values = mapping(resources, kind, f"{path}.resources.{kind}")
+        values = resources.get(kind)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            mapping(resources, kind, f"spec.{key}[{index}].resources.{kind}")  # raises
         if c.RESOURCE_GPU in values:
             raw = values[c.RESOURCE_GPU]
             text = str(raw).strip() if not isinstance(raw, bool) else ""
             if not text.isdigit():
                 raise PodProblem(
-                    f"{path}.resources.{kind}[{c.RESOURCE_GPU}]",
+                    f"spec.{key}[{index}].resources.{kind}[{c.RESOURCE_GPU}]",
                     f"must be a whole number of GPUs, got {raw!r}; for a share of one GPU "
                     f"set the annotation {c.ANNOTATION_FRACTION} (e.g. \"0.5\")",
                     "bad-gpu-count",
@@ -87,6 +100,8 @@ def _gpus(container: Mapping[str, Any], path: str) -> int:
 
 
 def _fraction(annotations: Mapping[str, str]) -> tuple[float | None, str | None]:
+    if c.ANNOTATION_FRACTION not in annotations and c.KAI_FRACTION not in annotations:
+        return None, None
     found: list[tuple[str, float]] = []
     for key in (c.ANNOTATION_FRACTION, c.KAI_FRACTION):
         if key not in annotations:
@@ -128,6 +143,9 @@ def _memory(annotations: Mapping[str, str]) -> int:
 
 
 def _models(annotations: Mapping[str, str], node_selector: Mapping[str, str]) -> tuple[str, ...]:
+    if (c.ANNOTATION_GPU_MODELS not in annotations and c.HAMI_GPU_TYPE not in annotations
+            and c.LABEL_GPU_PRODUCT not in node_selector):
+        return ()
     names: list[str] = []
     for key in (c.ANNOTATION_GPU_MODELS, c.HAMI_GPU_TYPE):
         if key in annotations:
@@ -142,17 +160,20 @@ def read_demand(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> GpuDe
     spec = mapping(pod, "spec", "spec")
     mains = containers(spec, "containers")
     inits = containers(spec, "initContainers")
-    per_main = [_gpus(ct, f"spec.containers[{i}]") for i, ct in enumerate(mains)]
-    per_init = [_gpus(ct, f"spec.initContainers[{i}]") for i, ct in enumerate(inits)]
-    fraction, source = _fraction(annotations)
-    memory = _memory(annotations)
+    per_main = [_gpus(ct, "containers", i) for i, ct in enumerate(mains)]
+    per_init = [_gpus(ct, "initContainers", i) for i, ct in enumerate(inits)]
+    if annotations:
+        fraction, source = _fraction(annotations)
+        memory = _memory(annotations)
+    else:
+        fraction, source, memory = None, None, 0
     # Init containers run one at a time before the main ones: the pod holds the larger need.
     count = max(sum(per_main), max(per_init, default=0))
     if count == 0 and fraction is None and memory == 0:
         return None
     if not mains:
         raise PodProblem("spec.containers", "a pod needs at least one container", "malformed-pod")
-    if c.KAI_FRACTION_DEVICES in annotations and annotations[c.KAI_FRACTION_DEVICES] != "1":
+    if annotations.get(c.KAI_FRACTION_DEVICES, "1") != "1":
         raise PodProblem(
             f"metadata.annotations[{c.KAI_FRACTION_DEVICES}]",
             "shares of several GPUs are not supported; ask for a share of one GPU "
@@ -179,7 +200,8 @@ def read_demand(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> GpuDe
                 "bad-fraction",
             )
         target = names.index(wanted)
-    node_selector = string_map(spec, "nodeSelector", "spec.nodeSelector")
+    node_selector = (string_map(spec, "nodeSelector", "spec.nodeSelector")
+                     if "nodeSelector" in spec else {})
     return GpuDemand(
         count=max(count, 1),
         fraction=fraction,
