@@ -6,8 +6,10 @@
 1. best-fit greedy plan: the hint, the fallback and the floor;
 2. the batch model solved within what is left of the time limit;
 3. the checker judges CP-SAT's plan; the greedy plan stands instead when CP-SAT found nothing,
-   when the checker objects, or when the greedy plan admits more priority-weighted GPU demand
-   (so CP-SAT never admits less than the plan it was hinted with);
+   when the checker objects, or when the greedy plan is worth more on priority-weighted GPU
+   demand plus the fairness term (so CP-SAT never does worse than the plan it was hinted with,
+   yet may trade a sliver of demand - aging makes the older of two tenants' equal gangs worth
+   a hair more - for the fair split the model chose);
 4. every gang left waiting gets a reason.
 """
 
@@ -17,6 +19,7 @@ import time
 
 from solver.baselines import ClusterArrays, place
 from solver.checker import check
+from solver.cpsat.fairness import plan_fairness
 from solver.cpsat.instance import plan_weighted_demand
 from solver.cpsat.model import CpsatResult, solve_window
 from solver.cpsat.reasons import deferrals
@@ -40,16 +43,24 @@ def greedy_hint(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int) -> Plan
     return place(snapshot, GREEDY_HINT, seed=seed, arrays=arrays.copy())
 
 
+def plan_value(snapshot: Snapshot, plan: Plan) -> float:
+    """What the floor compares: the objective's demand and fairness terms for ``plan``.
+    Demand alone would let a first-come greedy plan (older gangs age a hair more) override
+    every fair split CP-SAT finds between tenants whose gangs are worth the same."""
+    demand = snapshot.policy.weights.demand * plan_weighted_demand(snapshot, plan)
+    return demand + plan_fairness(snapshot, plan)
+
+
 def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan) -> tuple[Plan, str]:
     """CP-SAT's plan, or the hint with why: it found none, the checker objects, or the hint
-    admits more priority-weighted demand."""
+    is worth more (:func:`plan_value`)."""
     if result.admitted is None:
         return hint, "no_solution"
     stats = SolveStats(solver="cpsat", status=result.status, wall_seconds=0.0)
     plan = Plan(tuple(result.admitted), (), stats)
     if check(snapshot, plan):
         return hint, "checker"
-    if plan_weighted_demand(snapshot, plan) < plan_weighted_demand(snapshot, hint):
+    if plan_value(snapshot, plan) < plan_value(snapshot, hint):
         return hint, "greedy_admits_more"
     return plan, ""
 
