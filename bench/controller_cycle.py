@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import pickle
 import random
 import resource
@@ -154,6 +155,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="cycles on fresh copies (medians)")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
+    load0 = os.getloadavg()
 
     settings = Settings(
         tenants=tuple(Tenant(t, quota_milli=args.nodes * args.gpus * 300) for t in
@@ -209,7 +211,8 @@ def main() -> int:
         row.update({f"fast_path.{k}": v for k, v in fast.phases.items()})
         runs.append(row)
         print(f"run {r}: {report.summary()}", file=sys.stderr)
-        print(f"  gangs {report.gangs}, admitted {report.admitted}, released pods "
+        print(f"  load average {os.getloadavg()[0]:.2f}; "
+              f"gangs {report.gangs}, admitted {report.admitted}, released pods "
               f"{sum(len(x.released_pods) for x in report.released)}, solver "
               f"{report.solver_status}, API writes {api.writes}, "
               f"snapshot pickle {len(pickle.dumps(snap)) / 2**20:.1f} MiB, "
@@ -222,6 +225,11 @@ def main() -> int:
         print(f"| {key} | {statistics.median(r[key] for r in runs):.3f} |")
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"\npeak RSS: controller process {rss_mib():.0f} MiB, solver worker {child:.0f} MiB")
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    print(f"CPU seconds: controller {me.ru_utime + me.ru_stime:.1f}, solver worker "
+          f"{kids.ru_utime + kids.ru_stime:.1f}; load average at start "
+          f"{load0[0]:.2f}, at end {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
     return 0
 
 

@@ -52,7 +52,9 @@ PODS_PER_PART = 200
 # more parts than cores still fit a 2 s budget where 200-pod parts could not, and on the
 # 10,000-node benchmark their greedy plans also admit more (bench/solve_scale.md).
 PODS_PER_SPLIT_PART = 50
-MIN_NODES_PER_PART = 250
+# At 1,000 nodes x 8 GPUs (8 blocks of 128) this allows 8 parts: CP-SAT presolves a part of
+# ~200 modelled pods in about a second, where a part of ~650 did not finish presolve in 3 s.
+MIN_NODES_PER_PART = 125
 GROUP_LEVELS = ("block", "zone", "rack")
 
 
@@ -281,7 +283,7 @@ def _split(snapshot: Snapshot, parts: int, hint: Plan | None
 # their GPU demand reaches this multiple of the part's free GPUs; the rest cannot all fit, and
 # building variables for them is what made a 10,000-pod window overrun its time limit
 # (bench/controller_cycle.md). Those left out wait with the same kind of reason as any other.
-WINDOW_SLACK = 2.0
+WINDOW_SLACK = 1.2
 
 
 def _trim(snapshot: Snapshot, hinted: list[list[Gang]], dealt: list[list[Gang]],
