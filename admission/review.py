@@ -623,7 +623,7 @@ def _patch_resources(
         _apply(patch, mains, demand.container, translation)
         return
     for i in demand.gpu_containers:
-        have = _gpu_count(mains[i])
+        have = demand.gpu_counts[i] if demand.gpu_counts else _gpu_count(mains[i])
         t = ctx.translate(1000, have, 0) if have else translation
         if have and t.resources == ((c.RESOURCE_GPU, have),) and not t.remove:
             continue  # already says what the backend needs

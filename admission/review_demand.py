@@ -40,6 +40,7 @@ class GpuDemand:
     gpu_containers: tuple[int, ...]  # containers that get the assignment env
     models: tuple[str, ...]  # models the pod itself asked for (empty: none named)
     containers: tuple[Mapping[str, Any], ...] = ()  # spec.containers, already checked
+    gpu_counts: tuple[int, ...] = ()  # whole GPUs each of ``containers`` asks for
 
 
 def mapping(obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
@@ -180,7 +181,7 @@ def read_demand(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> GpuDe
             f"or for whole GPUs with {c.RESOURCE_GPU}",
             "bad-fraction",
         )
-    gpu_containers = tuple(i for i, n in enumerate(per_main) if n > 0)
+    gpu_containers = tuple([i for i, n in enumerate(per_main) if n > 0])
     shared = fraction is not None or memory > 0
     if shared and count > 1:
         raise PodProblem(
@@ -209,6 +210,7 @@ def read_demand(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> GpuDe
         memory_mib=memory,
         container=target,
         gpu_containers=gpu_containers or (target,),
-        models=_models(annotations, node_selector),
+        models=_models(annotations, node_selector) if annotations or node_selector else (),
         containers=tuple(mains),
+        gpu_counts=tuple(per_main),
     )
