@@ -23,8 +23,9 @@ from kubernetes import client
 
 from admission.devcluster import processes
 from admission.devcluster.binaries import REPO_ROOT
-from e2e.conftest import E2ECluster
+from e2e.conftest import E2ECluster, drop_namespace, make_namespace
 from e2e.helpers import BERTH, pod_manifest
+from e2e.rbac import RBAC_FILE, install_rbac, service_account_kubeconfig, uninstall_rbac
 from e2e.webhooks import registered, wait_until_mutating
 
 SAMPLE_POLICY = REPO_ROOT / "config" / "policy" / "sample-policy.yaml"
@@ -135,3 +136,32 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
             yield hook
     finally:
         hook.stop()
+
+
+@contextmanager
+def berth_serve_as_deployed(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, str],
+                            *, components: tuple[str, ...] = (),
+                            edit_policy: Callable[[dict[str, Any]], None] | None = None
+                            ) -> Iterator[BerthWebhook]:
+    """``berth serve`` as the ``berth`` service account of its own namespace, with exactly the
+    RBAC of config/base plus that of the named components (config/components/<name>/rbac.yaml,
+    where one exists), enforced by the real authorizer. Fails if Berth was refused anything."""
+    assert cluster.local is not None
+    files = [RBAC_FILE] + [p for name in components
+                           if (p := REPO_ROOT / "config" / "components" / name / "rbac.yaml")
+                           .exists()]
+    home = make_namespace(cluster.core, "berth-system")
+    created = install_rbac(cluster.api, home, suffix=home, files=tuple(files))
+    try:
+        kubeconfig = service_account_kubeconfig(
+            cluster.api, server=cluster.local.server, ca_pem=cluster.ca_bundle_pem(),
+            namespace=home, account="berth", out=workdir.parent / "berth-sa.kubeconfig")
+        with berth_webhook(cluster, workdir, namespaces, serve=True, kubeconfig=kubeconfig,
+                           lease_namespace=home, edit_policy=edit_policy) as hook:
+            yield hook
+            forbidden = [line for line in hook.log.read_text(errors="replace").splitlines()
+                         if "forbidden" in line.lower()]
+            assert not forbidden, "berth serve was refused by RBAC:\n" + "\n".join(forbidden)
+    finally:
+        uninstall_rbac(cluster.api, created)
+        drop_namespace(cluster.api, home)

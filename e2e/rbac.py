@@ -20,13 +20,16 @@ from admission.devcluster.binaries import REPO_ROOT
 RBAC_FILE = REPO_ROOT / "config" / "base" / "rbac.yaml"
 
 
-def install_rbac(api: client.ApiClient, namespace: str, suffix: str) -> list[tuple[str, str]]:
-    """Create the objects of config/base/rbac.yaml with ``namespace`` where kustomize would put
-    berth-system, cluster-scoped names suffixed so tests cannot collide. Returns what to delete
-    (kind, name) for the cluster-scoped ones."""
+def install_rbac(api: client.ApiClient, namespace: str, suffix: str,
+                 files: tuple[Path, ...] = (RBAC_FILE,)) -> list[tuple[str, str]]:
+    """Create the objects of config/base/rbac.yaml (and of any component's RBAC file added in
+    ``files``) with ``namespace`` where kustomize would put berth-system, cluster-scoped names
+    suffixed so tests cannot collide. Returns what to delete (kind, name) for the
+    cluster-scoped ones."""
     rbac, core = client.RbacAuthorizationV1Api(api), client.CoreV1Api(api)
     created: list[tuple[str, str]] = []
-    docs: list[dict[str, Any]] = [d for d in yaml.safe_load_all(RBAC_FILE.read_text()) if d]
+    docs: list[dict[str, Any]] = [d for f in files for d in yaml.safe_load_all(f.read_text())
+                                  if d]
     cluster_names = {d["metadata"]["name"]: f"{d['metadata']['name']}-{suffix}"
                      for d in docs if d["kind"].startswith("Cluster")}
     for doc in docs:
@@ -50,7 +53,7 @@ def install_rbac(api: client.ApiClient, namespace: str, suffix: str) -> list[tup
             rbac.create_cluster_role_binding(doc)
             created.append((kind, meta["name"]))
         else:
-            raise ValueError(f"{RBAC_FILE}: unexpected kind {kind}")
+            raise ValueError(f"{files}: unexpected kind {kind}")
     return created
 
 

@@ -28,7 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from admission import constants as c
 from admission.devcluster.processes import ProcessRecord
-from e2e.berth import BerthWebhook, berth_webhook
+from e2e.berth import BerthWebhook, berth_serve_as_deployed
 from e2e.conftest import E2ECluster
 from e2e.helpers import eventually, pod_manifest
 from e2e.kueue import kueue_manager
@@ -112,8 +112,8 @@ def _delete_pods_while_kueue_runs(cluster: E2ECluster, ns: str) -> None:
 @pytest.fixture
 def berth(cluster: E2ECluster, tenant_namespaces: dict[str, str], kueue: ProcessRecord,
           tmp_path: Path) -> Iterator[BerthWebhook]:
-    with berth_webhook(cluster, tmp_path / "berth", tenant_namespaces, serve=True,
-                       edit_policy=_kueue_backend) as hook:
+    with berth_serve_as_deployed(cluster, tmp_path / "berth", tenant_namespaces,
+                                 components=("kueue",), edit_policy=_kueue_backend) as hook:
         yield hook
 
 
