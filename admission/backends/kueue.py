@@ -3,7 +3,13 @@
 Two gates, two owners. Kueue's pod webhook adds ``kueue.x-k8s.io/admission`` to a pod that
 carries the ``kueue.x-k8s.io/queue-name`` label at CREATE, so Berth's webhook writes the queue
 label and the pod-group keys at CREATE too (after this, labels set at release only repeat them).
-Berth never touches Kueue's gate, and Kueue never touches Berth's.
+Berth never touches Kueue's gate, and Kueue never touches Berth's. Two details seen with the
+real Kueue v0.14 manager (e2e/tests/test_berth_kueue.py):
+
+- Kueue's webhook must see Berth's labels: the apiserver calls mutating webhook configurations
+  in name order, and ``berth`` sorts before ``kueue-mutating-webhook-configuration``.
+- With its TopologyAwareScheduling feature on (its default), Kueue adds a second gate,
+  ``kueue.x-k8s.io/topology``, and lifts both in one update when it admits without a topology.
 
 Order and who decides what:
 
