@@ -7,7 +7,8 @@ timeouts, solve in a worker process, check, release, requeue) and reports the ti
 peak memory, and what was released. Writes go to an in-memory store that applies the JSON
 patches, so the release phase measures the controller's own work per pod.
 
-    python3 bench/controller_cycle.py --nodes 1000 --gpus 8 --pods 10000 --solver cpsat --time-limit 20 --grace 10 --repeat 3
+    python3 bench/controller_cycle.py --nodes 1000 --gpus 8 --pods 10000 --solver cpsat \
+        --time-limit 20 --grace 10 --repeat 3
 """
 
 from __future__ import annotations
