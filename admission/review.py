@@ -645,11 +645,12 @@ def _apply(
     resources = mains[index].get("resources") or {}
     requests = resources.get("requests") or {}
     base = ("spec", "containers", index, "resources")
-    touch_requests = any(k in requests for k, _ in translation.resources) or any(
-        k in requests for k in translation.remove
-    )
+    touch_requests = bool(requests) and (
+        any(k in requests for k, _ in translation.resources)
+        or any(k in requests for k in translation.remove))
+    kept = {k for k, _ in translation.resources} if translation.remove else ()
     for key in translation.remove:
-        if key not in dict(translation.resources):
+        if key not in kept:
             patch.remove((*base, "limits", key))
             patch.remove((*base, "requests", key))
     for key, value in translation.resources:

@@ -108,14 +108,14 @@ def _fraction(annotations: Mapping[str, str]) -> tuple[float | None, str | None]
         if key not in annotations:
             continue
         raw = annotations[key]
-        path = f"metadata.annotations[{key}]"
         try:
             value = float(raw)
         except ValueError:
-            raise PodProblem(path, f"must be a number in (0, 1], got {raw!r}",
-                             "bad-fraction") from None
+            raise PodProblem(f"metadata.annotations[{key}]",
+                             f"must be a number in (0, 1], got {raw!r}", "bad-fraction") from None
         if not math.isfinite(value) or not 0 < value <= 1:
-            raise PodProblem(path, f"must be in (0, 1], got {raw!r}; for more than one GPU "
+            raise PodProblem(f"metadata.annotations[{key}]",
+                             f"must be in (0, 1], got {raw!r}; for more than one GPU "
                              f"request whole GPUs with {c.RESOURCE_GPU}", "bad-fraction")
         found.append((key, value))
     if len(found) == 2 and abs(found[0][1] - found[1][1]) > 1e-9:
