@@ -32,10 +32,25 @@ def _pointer(parts: tuple[Part, ...]) -> str:
     return "".join("/" + escape(str(p)) for p in parts)
 
 
-@lru_cache(maxsize=4096)
+# Pointer of each member of a map, by the map's pointer: a plain dictionary look-up per key
+# (cheaper than a two-argument cache call); merge_map runs for every key Berth sets.
+_MEMBERS: dict[str, dict[str, str]] = {}
+
+
+def _members(base: str) -> dict[str, str]:
+    found = _MEMBERS.get(base)
+    if found is None or len(found) > 4096:  # bounded: callers may pass any keys
+        found = _MEMBERS[base] = {}
+    return found
+
+
 def member(base: str, key: str) -> str:
     """The pointer of member ``key`` of the map at pointer ``base``."""
-    return base + "/" + escape(key)
+    members = _members(base)
+    path = members.get(key)
+    if path is None:
+        path = members[key] = base + "/" + escape(key)
+    return path
 
 
 class PatchBuilder:
@@ -47,12 +62,14 @@ class PatchBuilder:
     def _get(self, parts: Sequence[Part]) -> tuple[bool, Any]:
         node: Any = self.obj
         for p in parts:
-            in_map = isinstance(node, dict) and isinstance(p, str) and p in node
-            in_list = isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node)
-            if in_map or in_list:
+            if isinstance(node, dict):
+                if isinstance(p, str) and p in node:
+                    node = node[p]
+                    continue
+            elif isinstance(node, list) and isinstance(p, int) and 0 <= p < len(node):
                 node = node[p]
-            else:
-                return False, None
+                continue
+            return False, None
         return True, node
 
     def exists(self, parts: Sequence[Part]) -> bool:
@@ -105,13 +122,17 @@ class PatchBuilder:
         changed key when the map exists (small patches), else one op adding the whole map."""
         if isinstance(existing, dict) and tuple(parts) not in self._made:
             base = pointer(parts)
+            members = _members(base)
             ops = self.ops
             for key in drop:
                 if key in existing:
                     ops.append({"op": "remove", "path": member(base, key)})
             for key, value in values.items():
                 if existing.get(key) != value:
-                    ops.append({"op": "add", "path": member(base, key), "value": value})
+                    path = members.get(key)
+                    if path is None:
+                        path = member(base, key)
+                    ops.append({"op": "add", "path": path, "value": value})
             return
         self.set(parts, dict(values))
 
