@@ -9,6 +9,7 @@ more work than fits.
 
 from __future__ import annotations
 
+import pytest
 from test_cpsat_cases import gang, node, pod, snap, solve
 
 from solver.api import solve as api_solve
@@ -55,3 +56,12 @@ def test_the_solver_splits_by_weight_with_and_without_quotas() -> None:
     for quota in (6000, None):
         plan = api_solve(_burst(quota), solver="cpsat", time_limit=1.0, seed=0)
         assert _split(plan) == (8, 4), (quota, plan.stats.detail)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known gap: a partitioned window models each part's hinted gangs plus the next ones in "
+    "priority-then-age order up to 1.2x its free GPUs (solver/partition.py _trim); when the "
+    "first-come hint fills the parts, the other tenant's gangs are left out of every model"))
+def test_a_partitioned_window_splits_by_weight_too() -> None:
+    plan = api_solve(_burst(), solver="cpsat", time_limit=2.0, seed=0, partitions=2)
+    assert _split(plan) == (8, 4), plan.stats.detail
