@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from admission.devcluster import processes
 from admission.devcluster.binaries import REPO_ROOT
@@ -98,6 +99,15 @@ def _berth(*args: str) -> None:
                            f"{done.stdout}{done.stderr}")
 
 
+def _probe_refusal(core: client.CoreV1Api, namespace: str) -> str:
+    """What the apiserver answers a dry-run GPU pod now (the refusing webhook's message)."""
+    try:
+        core.create_namespaced_pod(namespace, pod_manifest("probe", gpus=1), dry_run="All")
+    except ApiException as exc:
+        return f"dry-run create answered {exc.status}: {exc.body}"
+    return "dry-run create now succeeds"
+
+
 @contextmanager
 def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, str], *,
                   serve: bool = False, kubeconfig: Path | None = None,
@@ -130,9 +140,13 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
         config["metadata"]["name"] = f"berth-{workdir.name}"[:63]
         with registered(cluster.api, config):
             some_ns = next(iter(namespaces.values()))
-            wait_until_mutating(
-                client.CoreV1Api(cluster.api), some_ns, pod_manifest("probe", gpus=1),
-                lambda p: any(g.name == GATE for g in p.spec.scheduling_gates or []))
+            core = client.CoreV1Api(cluster.api)
+            try:
+                wait_until_mutating(
+                    core, some_ns, pod_manifest("probe", gpus=1),
+                    lambda p: any(g.name == GATE for g in p.spec.scheduling_gates or []))
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{_probe_refusal(core, some_ns)}") from None
             yield hook
     finally:
         hook.stop()
