@@ -4,7 +4,8 @@ The webhook's saturation throughput is bounded by the CPU it spends per review; 
 the decision itself (no HTTP, no TLS, no JSON parsing) on the payloads of
 bench/webhook_load.py: the 8-GPU training pod of a Job, the same pod in Kueue's vocabulary
 (the load benchmark's body), and a half-GPU share of it. CPU time (``time.process_time``) per
-call, median over repeated batches, so other work on the machine inflates it little.
+call over repeated batches: the median, and the minimum (the least disturbed by other work on a
+shared machine, which still inflates CPU time through shared caches and cores).
 
 With ``--before DIR`` the same measurement also runs against another copy of the ``admission``
 package (e.g. ``git archive HEAD admission | tar -x -C DIR``), alternating batches between the
@@ -100,15 +101,23 @@ def main() -> int:
             for name, values in run_worker(path, args.calls, args.batches).items():
                 samples[version].setdefault(name, []).extend(values)
     names = list(samples["after"])
-    head = "| payload |" + "".join(f" {v}: median us/call |" for v in reversed(versions))
-    print(head + (" after/before |" if args.before else ""))
-    print("|---|" + "---:|" * (len(versions) + (1 if args.before else 0)))
+    order = list(reversed(versions))  # before, after
+    head = "| payload |" + "".join(f" {v}: median us/call |" for v in order)
+    head += "".join(f" {v}: min |" for v in order)
+    print(head + (" after/before (medians) | after/before (mins) |" if args.before else ""))
+    print("|---|" + "---:|" * (2 * len(versions) + (2 if args.before else 0)))
     for name in names:
         medians = {v: statistics.median(samples[v][name]) for v in versions}
-        row = f"| {name} |" + "".join(f" {medians[v]:.1f} |" for v in reversed(versions))
+        mins = {v: min(samples[v][name]) for v in versions}
+        row = f"| {name} |" + "".join(f" {medians[v]:.1f} |" for v in order)
+        row += "".join(f" {mins[v]:.1f} |" for v in order)
         if args.before:
             row += f" {medians['after'] / medians['before']:.2f} |"
+            row += f" {mins['after'] / mins['before']:.2f} |"
         print(row)
+    batches = len(samples["after"][names[0]])
+    print(f"\n{batches} batches of {args.calls} calls per payload and version; CPU time "
+          "(time.process_time) per call")
     return 0
 
 

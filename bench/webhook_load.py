@@ -38,6 +38,7 @@ POLICY = REPO / "config" / "policy" / "sample-policy.yaml"
 # idle (wrk on the other core), as measured when the targets were set.
 REFERENCE = 9900
 TARGET_RATE = 2000  # reviews/s at which the p99 target is set
+MICRO_SECTION = "## review() alone"  # bench/review_micro.py's section of the results file
 
 # Pace requests on a fixed schedule per wrk thread (wrk2's idea; not coordinated-omission
 # corrected: latency is measured from the actual send). ffi gives a monotonic clock in ms.
@@ -294,7 +295,11 @@ def main() -> int:
     report = render(results, args, kinds, started, body_bytes)
     print(report)
     if args.write:
-        (REPO / "bench" / "webhook_load.md").write_text(report)
+        out = REPO / "bench" / "webhook_load.md"
+        # Keep the section bench/review_micro.py's results live in (measured separately).
+        old = out.read_text() if out.exists() else ""
+        kept = old[old.index(MICRO_SECTION):] if MICRO_SECTION in old else ""
+        out.write_text(report.rstrip("\n") + "\n\n" + kept if kept else report)
     return 0
 
 
