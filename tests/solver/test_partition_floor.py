@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cpsat_cases import gang, node, pod, running, snap
@@ -95,3 +96,17 @@ def test_a_large_window_returns_within_its_time_limit() -> None:
     assert wall < limit * 1.25 + 0.5, f"{wall:.2f}s for a {limit}s limit"
     assert plan_weighted_demand(s, plan) >= plan_weighted_demand(s, place(s, "bestfit")) - 1e-6
     assert not check(s, plan)
+
+
+def test_past_the_size_limit_each_part_hints_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    import solver.partition as partition
+
+    monkeypatch.setattr(partition, "WHOLE_GREEDY_MAX_NODES", 10)
+    nodes = [node(f"n{i}", gpus=4, rack=f"r{i // 4}") for i in range(32)]
+    gangs = [gang(f"g{i}", pod(gpus=1 + i % 4), tenant="abc"[i % 3]) for i in range(80)]
+    s = snap(nodes, gangs, tenants=TENANTS)
+    plan = solve(s, solver="cpsat", time_limit=1.0, partitions=4)
+    d = plan.stats.detail
+    assert d["spread_gangs"] == 0 and d["left_out_gangs"] == 0  # no whole-cluster plan used
+    assert not check(s, plan)
+    assert {x.gang for x in plan.deferred} | plan.admitted_names == {g.name for g in s.gangs}
