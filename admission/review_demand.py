@@ -12,8 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from admission import constants as c
 
@@ -30,9 +29,11 @@ class PodProblem(ValueError):
         self.reason = reason  # short code for metrics
 
 
-@dataclass(frozen=True, slots=True)
-class GpuDemand:
-    count: int  # whole GPUs, or 1 for a share
+class GpuDemand(NamedTuple):
+    """Immutable; a named tuple rather than a frozen dataclass because one is built for every
+    GPU pod and a frozen dataclass sets each field through ``object.__setattr__``."""
+
+    count: int  # type: ignore[assignment]  # whole GPUs, or 1 for a share (hides tuple.count)
     fraction: float | None  # share of one GPU the pod asked for (None: whole GPUs)
     fraction_source: str | None  # annotation key the fraction came from
     memory_mib: int  # GPU memory asked for on one GPU (0: not asked)
