@@ -6,10 +6,11 @@
 1. best-fit greedy plan: the hint, the fallback and the floor;
 2. the batch model solved within what is left of the time limit;
 3. the checker judges CP-SAT's plan; the greedy plan stands instead when CP-SAT found nothing,
-   when the checker objects, or when the greedy plan is worth more on priority-weighted GPU
-   demand plus the fairness term (so CP-SAT never does worse than the plan it was hinted with,
-   yet may trade a sliver of demand - aging makes the older of two tenants' equal gangs worth
-   a hair more - for the fair split the model chose);
+   when the checker objects, or when the greedy plan admits more priority-weighted GPU demand
+   (:func:`plan_value`; so CP-SAT never admits less than the plan it was hinted with). The
+   floor weighs demand by priority without aging: aging orders the queue (the greedy pass
+   serves older gangs first) and steers the model, but a few seconds of extra wait must not
+   make a first-come plan beat the fair split CP-SAT found among equally ranked gangs;
 4. every gang left waiting gets a reason.
 """
 
@@ -19,8 +20,6 @@ import time
 
 from solver.baselines import ClusterArrays, place
 from solver.checker import check
-from solver.cpsat.fairness import plan_fairness
-from solver.cpsat.instance import plan_weighted_demand
 from solver.cpsat.model import CpsatResult, solve_window
 from solver.cpsat.reasons import deferrals
 from solver.plan import Plan, SolveStats
@@ -43,12 +42,16 @@ def greedy_hint(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int) -> Plan
     return place(snapshot, GREEDY_HINT, seed=seed, arrays=arrays.copy())
 
 
-def plan_value(snapshot: Snapshot, plan: Plan) -> float:
-    """What the floor compares: the objective's demand and fairness terms for ``plan``.
-    Demand alone would let a first-come greedy plan (older gangs age a hair more) override
-    every fair split CP-SAT finds between tenants whose gangs are worth the same."""
-    demand = snapshot.policy.weights.demand * plan_weighted_demand(snapshot, plan)
-    return demand + plan_fairness(snapshot, plan)
+def plan_value(snapshot: Snapshot, plan: Plan) -> int:
+    """What the floor compares: admitted GPU demand (milli-GPU) weighted by ``1 + priority``.
+
+    Exact integers, so equal plans tie and the tie goes to CP-SAT, whose objective (fairness,
+    topology, fragmentation, energy) already chose between them."""
+    by_name = {g.name: g for g in snapshot.gangs}
+    return sum(
+        by_name[a.gang].gpu_demand_milli * (1 + max(0, by_name[a.gang].priority))
+        for a in plan.admitted if a.gang in by_name
+    )
 
 
 def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan) -> tuple[Plan, str]:
