@@ -22,8 +22,9 @@ before the split: each gang it admits goes to the part that holds its nodes (a g
 over parts is kept as placed, as running pods of those parts), and each part is hinted with
 its share of that plan. Each part runs the
 CP-SAT path (model, checker, keep-better, reasons) from that hint, so the merged plan admits
-at least the priority-weighted demand of the whole-cluster greedy plan; a final comparison
-keeps the greedy plan should merging ever lose some of it.
+at least the priority-weighted GPU demand of the whole-cluster greedy plan (the floor
+:func:`solver.cpsat.solve.plan_value`, additive over parts); a final comparison keeps the
+greedy plan should merging ever lose some of it.
 Parts run in threads (CP-SAT releases the GIL while searching) or, on request, in forked
 processes. This module does no I/O.
 """
@@ -40,9 +41,8 @@ from dataclasses import replace
 
 from solver.baselines import ClusterArrays, gang_order
 from solver.checker import quota_usage_milli, quota_violations
-from solver.cpsat.instance import plan_weighted_demand
 from solver.cpsat.reasons import deferrals, quota_reason
-from solver.cpsat.solve import greedy_hint, solve_cpsat
+from solver.cpsat.solve import greedy_hint, plan_value, solve_cpsat
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
 from solver.types import MILLI, Gang, Node, Running, Snapshot, Tenant
 
@@ -257,9 +257,11 @@ def _split(snapshot: Snapshot, parts: int, hint: Plan | None
     for h in hinted:
         for t, v in h.items():
             hinted_total[t] += v
+    # quota headroom is shared in proportion to the demand the parts model (left-out gangs
+    # cannot use any)
     demand: dict[str, int] = defaultdict(int)
-    for g in snapshot.gangs:
-        if g.name not in placed:
+    for part_gangs in dealt:
+        for g in part_gangs:
             demand[g.tenant] += g.gpu_demand_milli
     out = []
     for j, nodes in enumerate(node_parts):
@@ -285,22 +287,41 @@ def _split(snapshot: Snapshot, parts: int, hint: Plan | None
 # building variables for them is what made a 10,000-pod window overrun its time limit
 # (bench/controller_cycle.md). Those left out wait with the same kind of reason as any other.
 WINDOW_SLACK = 1.2
+# A part's model always holds at least this many pods when it has them (small models solve
+# fast, and the slack alone would leave a small part little to choose from).
+MIN_MODELLED_PODS = 100
 
 
 def _trim(snapshot: Snapshot, hinted: list[list[Gang]], dealt: list[list[Gang]],
           free: list[int]) -> tuple[list[list[Gang]], list[Gang]]:
+    """Each tenant's gangs in priority order; the next gang kept is always that of the tenant
+    with the least demand in the model so far relative to its fair-share weight, so a
+    first-come hint that fills a part still leaves the model every tenant to choose from."""
     order = {g.name: i for i, g in enumerate(gang_order(snapshot))}
+    weight = {t.name: max(t.weight, 1e-9) for t in snapshot.tenants}
     kept: list[list[Gang]] = []
     left_out: list[Gang] = []
     for j, gangs in enumerate(dealt):
         budget = WINDOW_SLACK * free[j] - sum(g.gpu_demand_milli for g in hinted[j])
+        queues: dict[str, list[Gang]] = defaultdict(list)
+        for g in sorted(gangs, key=lambda g: order[g.name], reverse=True):
+            queues[g.tenant].append(g)  # reversed: pop() takes the tenant's next gang
+        modelled: dict[str, int] = defaultdict(int)
+        for g in hinted[j]:
+            modelled[g.tenant] += g.gpu_demand_milli
         mine: list[Gang] = []
-        for g in sorted(gangs, key=lambda g: order[g.name]):
-            if budget > 0:
-                mine.append(g)
-                budget -= g.gpu_demand_milli
-            else:
-                left_out.append(g)
+        pods = sum(len(g.pods) for g in hinted[j])
+        while queues and (budget > 0 or pods < MIN_MODELLED_PODS):
+            t = min(queues, key=lambda t: (modelled[t] / weight.get(t, 1.0),
+                                           order[queues[t][-1].name]))
+            g = queues[t].pop()
+            if not queues[t]:
+                del queues[t]
+            mine.append(g)
+            modelled[t] += g.gpu_demand_milli
+            budget -= g.gpu_demand_milli
+            pods += len(g.pods)
+        left_out += [g for q in queues.values() for g in q]
         kept.append(mine)
     return kept, left_out
 
@@ -406,11 +427,10 @@ def solve_partitioned(
     detail = {**plan.stats.detail, "parts_seconds": t1 - t0 - split_s,
               "greedy_whole_seconds": greedy_s, "spread_gangs": float(len(spread)),
               "left_out_gangs": float(len(left_out))}
-    floor = plan_weighted_demand(snapshot, greedy) if greedy is not None else 0.0
-    if greedy is not None and (
-            quota_violations(snapshot, plan)
-            or plan_weighted_demand(snapshot, plan) < floor - 1e-9 * max(1.0, floor)):
-        # never admit less than the greedy plan (a guard: the hints make this rare)
+    if greedy is not None and (quota_violations(snapshot, plan)
+                               or plan_value(snapshot, plan) < plan_value(snapshot, greedy)):
+        # never below the greedy plan by the parts' own floor (solver.cpsat.solve.plan_value);
+        # a guard: the hints make this rare
         detail["fallback_merged_below_greedy"] = 1.0
         plan = Plan(greedy.admitted, deferrals(snapshot, greedy, arrays),
                     replace(plan.stats, fallback=True))

@@ -1,5 +1,6 @@
 """The partitioned CP-SAT path never admits less priority-weighted GPU demand than best-fit on
-the whole snapshot, keeps every plan feasible, and returns within its time limit."""
+the whole snapshot (the floor every CP-SAT plan meets, solver.cpsat.solve.plan_value), keeps
+every plan feasible, and returns within its time limit."""
 
 from __future__ import annotations
 
@@ -13,11 +14,19 @@ from test_cpsat_cases import gang, node, pod, running, snap
 from solver.api import solve
 from solver.baselines import place
 from solver.checker import check
-from solver.cpsat.instance import plan_weighted_demand
+from solver.cpsat.solve import plan_value
 from solver.partition import _split, hint_parts
-from solver.types import Gang, Snapshot, Tenant, TopologyMode, TopologyRequirement
+from solver.types import (
+    Gang,
+    Snapshot,
+    SolverPolicy,
+    Tenant,
+    TopologyMode,
+    TopologyRequirement,
+    Weights,
+)
 
-TENANTS = (Tenant("a", 40_000, borrow_limit_milli=8_000), Tenant("b", 30_000),
+TENANTS = (Tenant("a", 40_000, borrow_limit_milli=8_000), Tenant("b", 30_000, weight=2.0),
            Tenant("c", None))
 
 
@@ -43,7 +52,9 @@ def windows(draw: st.DrawFn) -> Snapshot:
     busy = tuple(running(f"r{i}", f"n{i}", (0, 1000), (1, draw(st.sampled_from([250, 500]))),
                          tenant=draw(st.sampled_from([None, "a", "b"])))
                  for i in range(0, len(nodes), 3))
-    return snap(nodes, _gangs(draw, draw(st.integers(10, 60))), run=busy, tenants=TENANTS)
+    fairness = draw(st.sampled_from([0.0, 0.3]))
+    return snap(nodes, _gangs(draw, draw(st.integers(10, 60))), run=busy, tenants=TENANTS,
+                policy=SolverPolicy(weights=Weights(fairness=fairness)))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -53,7 +64,7 @@ def test_partitioned_plan_never_admits_less_than_whole_cluster_best_fit(
     plan = solve(s, solver="cpsat", time_limit=0.5, partitions=parts, workers=1)
     greedy = place(s, "bestfit")
     assert not check(s, plan)
-    assert plan_weighted_demand(s, plan) >= plan_weighted_demand(s, greedy) - 1e-6
+    assert plan_value(s, plan) >= plan_value(s, greedy)
     waiting = {d.gang for d in plan.deferred}
     assert waiting | plan.admitted_names == {g.name for g in s.gangs}
     assert all(d.reason for d in plan.deferred)
@@ -94,7 +105,7 @@ def test_a_large_window_returns_within_its_time_limit() -> None:
     wall = time.perf_counter() - t0
     assert plan.stats.detail["partitions"] == 4
     assert wall < limit * 1.25 + 0.5, f"{wall:.2f}s for a {limit}s limit"
-    assert plan_weighted_demand(s, plan) >= plan_weighted_demand(s, place(s, "bestfit")) - 1e-6
+    assert plan_value(s, plan) >= plan_value(s, place(s, "bestfit"))
     assert not check(s, plan)
 
 
