@@ -585,6 +585,8 @@ def _patch_metadata(
     existing = meta.get("annotations")
     if isinstance(existing, dict):
         patch.merge_map(_ANNOTATIONS, existing, new_annotations, drop)
+    elif patch.obj.get("metadata") is meta:  # the pod's own metadata: add the map in one op
+        patch.ops.append({"op": "add", "path": "/metadata/annotations", "value": new_annotations})
     else:
         patch.set(_ANNOTATIONS, new_annotations)
 
