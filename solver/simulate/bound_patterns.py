@@ -1,0 +1,206 @@
+"""A tight offline upper bound on the GPU demand any policy can have placed: the pattern LP.
+
+Whatever a policy does, the pods it has placed when arrived demand reaches a level are a
+subset of the pods arrived so far that fits the cluster, node by node. Call a *pattern* a
+multiset of pods that fits ONE node of a kind (CPU, memory, whole GPUs for whole- and
+multi-GPU pods, shares packed GPU by GPU, GPU models; see :mod:`solver.simulate.bound_pricing`).
+Every real placement gives each node one pattern, so the integer programme
+
+    maximise   sum_p gpu(p) * lam[p]
+    subject to sum_p a[c, p] * lam[p] <= count[c]     (pods of class c that arrived)   dual pi
+               sum_{p of kind t} lam[p] <= n[t]      (nodes of kind t)                dual mu
+               lam >= 0 integer
+
+bounds every policy, and so does its linear relaxation (the configuration LP), which is solved
+by column generation: a restricted LP over the patterns found so far, then for each kind the
+most profitable pattern under the duals (``gpu(p) - pi . a[p]``), added while it beats ``mu``.
+
+Validity does not depend on the search converging. For ANY prices ``pi >= 0``, relaxing the
+class limits with those prices (Lagrange) lets every node take its best pattern on its own:
+
+    bound(pi) = sum_c pi[c] * count[c] + sum_t n[t] * max(0, max_p (gpu(p) - pi . a[p]))
+
+and the inner maximum is replaced by the pricing's proven upper bound (never below it). Each
+round of pricing gives such a bound; the smallest one is reported. When column generation
+converges, it equals the LP optimum; when it is cut short by the time limit, it is still valid,
+only looser. The result is also capped by the arrived demand.
+
+CPU-only pods are left out: they earn nothing and only take room, so the best packing never
+needs them. Node kinds and pod classes group identical nodes and identical pods, so the size of
+the LP follows the variety of shapes, not the number of pods.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ortools.linear_solver import pywraplp
+
+from solver.simulate.bound_pricing import NodeKind, PodClass, price
+from solver.simulate.timed_scenario import TracePod
+from solver.trace import pod_request
+from solver.types import MILLI, Node
+
+
+@dataclass(frozen=True, slots=True)
+class PatternBound:
+    """The bound (milli-GPU) and how it was reached."""
+
+    bound_milli: float
+    lp_milli: float  # the restricted LP's value at the end (a lower bound on the LP optimum)
+    converged: bool  # the bound is the configuration LP's optimum (within ``tolerance``)
+    rounds: int
+    patterns: int
+    seconds: float
+
+
+def pod_classes(arrived: Sequence[TracePod]) -> list[PodClass]:
+    """Arrived GPU pods grouped by (CPU, memory, GPU count, share, models)."""
+    counts: Counter[tuple[int, int, int, int, frozenset[str]]] = Counter()
+    for p in arrived:
+        r = pod_request(p)  # the replay's own validation of a pod's GPU request
+        if r.gpu_count > 0:
+            counts[(r.cpu_milli, r.memory_mib, r.gpu_count, r.gpu_milli, r.models)] += 1
+    return [PodClass(cpu, mem, k, milli, models, n)
+            for (cpu, mem, k, milli, models), n in sorted(counts.items(), key=_class_order)]
+
+
+def node_kinds(nodes: Sequence[Node]) -> list[NodeKind]:
+    """GPU nodes grouped by (GPU models, GPU count, CPU, memory). A node with GPUs of several
+    models admits a pod allowed on any of them, on all its GPUs (a relaxation)."""
+    counts = Counter((frozenset(g.model for g in n.gpus), len(n.gpus), n.cpu_milli,
+                      n.memory_mib) for n in nodes if n.gpus)
+    return [NodeKind(models, gpus, cpu, mem, n)
+            for (models, gpus, cpu, mem), n in sorted(counts.items(), key=_kind_order)]
+
+
+def pattern_bound(nodes: Sequence[Node], arrived: Sequence[TracePod], *,
+                  time_limit_s: float = 60.0, tolerance: float = 1e-5) -> PatternBound:
+    """An upper bound (milli-GPU) on the GPU demand of ``arrived`` that fits ``nodes`` at once.
+
+    Column generation runs until the bound and the restricted LP agree within ``tolerance``
+    (relative), no pattern improves, or ``time_limit_s`` passes (checked between rounds).
+    """
+    start = time.perf_counter()
+    classes = pod_classes(arrived)
+    kinds = node_kinds(nodes)
+    demand = float(sum(c.demand_milli * c.count for c in classes))
+    master = _Master(classes, kinds)
+    for t, kind in enumerate(kinds):  # a first pattern per class: as many as fit alone
+        for i, c in enumerate(classes):
+            if kind.admits(c):
+                master.add(t, {i: _alone(kind, c)})
+    best = demand
+    rounds = 0
+    lp = 0.0
+    while True:
+        lp, duals = master.solve()
+        bound = sum(duals.pods[i] * c.count for i, c in enumerate(classes))
+        added = 0
+        for t, kind in enumerate(kinds):
+            # profits under the prices of the class rows and the kind's pooled CPU and memory
+            profits = [c.demand_milli - duals.pods[i] - duals.cpu[t] * c.cpu_milli
+                       - duals.memory[t] * c.memory_mib for i, c in enumerate(classes)]
+            got = price(kind, classes, profits)
+            bound += kind.count * (max(0.0, got.profit) + duals.cpu[t] * kind.cpu_milli
+                                   + duals.memory[t] * kind.memory_mib)
+            if got.pattern and got.profit > duals.nodes[t] + 1e-7 * max(1.0, duals.nodes[t]):
+                master.add(t, got.pattern)
+                added += 1
+        rounds += 1
+        best = min(best, bound)
+        if best - lp <= tolerance * max(1.0, best) or not added:
+            break
+        if time.perf_counter() - start >= time_limit_s:
+            break
+    return PatternBound(bound_milli=best, lp_milli=lp,
+                        converged=best - lp <= tolerance * max(1.0, best), rounds=rounds,
+                        patterns=master.size, seconds=time.perf_counter() - start)
+
+
+@dataclass(frozen=True, slots=True)
+class _Duals:
+    """Prices of the pattern LP's rows, all clipped at zero (any non-negative prices give a
+    valid bound, so round-off cannot make one invalid)."""
+
+    pods: list[float]  # per class
+    nodes: list[float]  # per kind
+    cpu: list[float]  # per kind, per milli-CPU
+    memory: list[float]  # per kind, per MiB
+
+
+class _Master:
+    """The restricted configuration LP: the patterns found so far, per node kind, and each
+    kind's CPU and memory pooled (what the relaxed node of the pricing does not hold)."""
+
+    def __init__(self, classes: Sequence[PodClass], kinds: Sequence[NodeKind]) -> None:
+        lp = pywraplp.Solver.CreateSolver("GLOP")
+        if lp is None:  # pragma: no cover - GLOP ships with OR-Tools
+            raise RuntimeError("OR-Tools GLOP solver is not available")
+        self._lp = lp
+        self._classes = classes
+        # rows: arrived pods per class; nodes, CPU and memory per kind
+        self._pods = [lp.Constraint(0.0, float(c.count)) for c in classes]
+        self._nodes = [lp.Constraint(0.0, float(k.count)) for k in kinds]
+        self._cpu = [lp.Constraint(0.0, float(k.count * k.cpu_milli)) for k in kinds]
+        self._memory = [lp.Constraint(0.0, float(k.count * k.memory_mib)) for k in kinds]
+        self._objective = lp.Objective()
+        self._objective.SetMaximization()
+        self._seen: set[tuple[int, tuple[tuple[int, int], ...]]] = set()
+        self.size = 0
+
+    def add(self, kind: int, pattern: dict[int, int]) -> None:
+        key = (kind, tuple(sorted(pattern.items())))
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        # lam: nodes of this kind that take this pattern
+        lam = self._lp.NumVar(0.0, self._lp.infinity(), f"p{self.size}")
+        self.size += 1
+        self._nodes[kind].SetCoefficient(lam, 1.0)
+        cs = self._classes
+        for i, k in pattern.items():
+            self._pods[i].SetCoefficient(lam, float(k))
+        self._cpu[kind].SetCoefficient(lam, float(sum(cs[i].cpu_milli * k
+                                                      for i, k in pattern.items())))
+        self._memory[kind].SetCoefficient(lam, float(sum(cs[i].memory_mib * k
+                                                         for i, k in pattern.items())))
+        self._objective.SetCoefficient(lam, float(sum(cs[i].demand_milli * k
+                                                      for i, k in pattern.items())))
+
+    def solve(self) -> tuple[float, _Duals]:
+        """The LP's value and its row prices."""
+        status = self._lp.Solve()
+        if status != pywraplp.Solver.OPTIMAL:  # pragma: no cover - 0 is always feasible
+            raise RuntimeError(f"the pattern LP ended with status {status}")
+
+        def prices(rows: list[pywraplp.Constraint]) -> list[float]:
+            return [max(0.0, r.dual_value()) for r in rows]
+
+        return self._objective.Value(), _Duals(prices(self._pods), prices(self._nodes),
+                                               prices(self._cpu), prices(self._memory))
+
+
+def _alone(kind: NodeKind, c: PodClass) -> int:
+    """How many pods of ``c`` fit one empty node of ``kind`` (at least one: it admits them)."""
+    n = (kind.gpus // c.gpu_count) * (1 if c.whole else MILLI // c.gpu_milli)
+    if c.cpu_milli:
+        n = min(n, kind.cpu_milli // c.cpu_milli)
+    if c.memory_mib:
+        n = min(n, kind.memory_mib // c.memory_mib)
+    return n
+
+
+def _class_order(item: tuple[tuple[int, int, int, int, frozenset[str]], int]
+                 ) -> tuple[int, int, int, int, tuple[str, ...]]:
+    (cpu, mem, k, milli, models), _ = item
+    return (k, milli, cpu, mem, tuple(sorted(models)))
+
+
+def _kind_order(item: tuple[tuple[frozenset[str], int, int, int], int]
+                ) -> tuple[tuple[str, ...], int, int, int]:
+    (models, gpus, cpu, mem), _ = item
+    return (tuple(sorted(models)), gpus, cpu, mem)
