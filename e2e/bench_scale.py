@@ -13,6 +13,9 @@ with quotas and model restrictions lifted, so capacity, not quota, is what limit
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -22,12 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config, watch
+from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.controller import keys
+from admission.controller.settings import release_writers
 from admission.devcluster import DevCluster, create_nodes, gpu_fleet
+from admission.kube import RawWatch
 from e2e.berth import berth_webhook
 from e2e.conftest import E2ECluster, make_namespace
 from e2e.helpers import pod_manifest
@@ -56,18 +61,34 @@ class Tracker:
         self.lock = threading.Lock()
 
     def run(self, core: client.CoreV1Api, ns: str, stop: threading.Event) -> None:
+        # Resume each 5 s watch from the last version seen: starting afresh would make the API
+        # server send every pod of the namespace again (10,000 at the scale).
+        version: str | None = None
         while not stop.is_set():
-            w = watch.Watch()
-            for ev in w.stream(core.list_namespaced_pod, ns, timeout_seconds=5):
-                pod, now = ev["object"], time.monotonic()
-                key = f"{ns}/{pod.metadata.name}"
-                with self.lock:
-                    if not pod.spec.scheduling_gates and key not in self.released:
-                        self.released[key] = now
-                    if pod.status.phase == "Running" and key not in self.running:
-                        self.running[key] = now
-                if stop.is_set():
-                    w.stop()
+            w = RawWatch()  # plain JSON: the client's models would cost this harness CPU
+            kwargs: dict[str, Any] = {"timeout_seconds": 5, "allow_watch_bookmarks": True}
+            if version:
+                kwargs["resource_version"] = version
+            try:
+                for ev in w.stream(core.list_namespaced_pod, ns, **kwargs):
+                    pod, now = ev["object"], time.monotonic()
+                    version = pod["metadata"].get("resourceVersion") or version
+                    if ev["type"] not in ("ADDED", "MODIFIED"):
+                        continue
+                    self._see(f"{ns}/{pod['metadata']['name']}", pod, now)
+                    if stop.is_set():
+                        w.stop()
+            except client.ApiException as exc:
+                if exc.status != 410:
+                    raise
+                version = None  # too old: list again
+
+    def _see(self, key: str, pod: dict[str, Any], now: float) -> None:
+        with self.lock:
+            if not pod["spec"].get("schedulingGates") and key not in self.released:
+                self.released[key] = now
+            if (pod.get("status") or {}).get("phase") == "Running" and key not in self.running:
+                self.running[key] = now
 
 
 def main() -> int:
@@ -80,8 +101,11 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=120,
                     help="seconds to wait for every waiting pod to carry its reason")
     ap.add_argument("--out", type=Path, default=None, help="append a markdown row here")
+    ap.add_argument("--log", type=Path, default=None,
+                    help="copy berth serve's log here (its cycle lines time each phase)")
     args = ap.parse_args()
 
+    args.started = time.monotonic()  # wall time, cluster start-up included
     work = Path(tempfile.mkdtemp(prefix="berth-bench-"))
     cluster = DevCluster(workdir=work)
     cluster.start()
@@ -96,8 +120,12 @@ def main() -> int:
         namespaces = {"team-a": make_namespace(core, "bench-a"),
                       "team-b": make_namespace(core, "bench-b")}
         with berth_webhook(e2e, work / "berth", namespaces, serve=True,
-                           edit_policy=_lift_limits):
-            return _burst(core, namespaces, fleet_gpus=len(fleet) * 8, args=args)
+                           edit_policy=_lift_limits) as hook:
+            try:
+                return _burst(core, namespaces, fleet_gpus=len(fleet) * 8, args=args)
+            finally:
+                if args.log:
+                    shutil.copyfile(hook.log, args.log)
     finally:
         cluster.wipe()  # stops every process and removes the work directory
 
@@ -126,6 +154,13 @@ def _burst(core: client.CoreV1Api, namespaces: dict[str, str], *, fleet_gpus: in
         with lock:
             created[f"{ns}/{name}"] = time.monotonic()
 
+    loads: list[float] = []  # the machine's 1-minute load average, every 5 s of the burst
+
+    def sample_load() -> None:
+        while not stop.wait(5):
+            loads.append(os.getloadavg()[0])
+
+    threading.Thread(target=sample_load, daemon=True).start()
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=args.threads) as pool:
         list(pool.map(create, range(args.pods)))
@@ -142,11 +177,12 @@ def _burst(core: client.CoreV1Api, namespaces: dict[str, str], *, fleet_gpus: in
     # Reasons are written at a bounded rate per cycle: give the waiting pods up to
     # --settle seconds to all carry one, and report how long that took.
     def snapshot() -> tuple[dict[str, Any], list[Any], list[Any]]:
-        pods = {f"{ns}/{p.metadata.name}": p for ns in ns_list
-                for p in core.list_namespaced_pod(ns).items}
-        waiting = [p for p in pods.values() if p.spec.scheduling_gates]
+        pods = {f"{ns}/{p['metadata']['name']}": p for ns in ns_list for p in json.loads(
+            core.list_namespaced_pod(ns, _preload_content=False).data)["items"]}
+        waiting = [p for p in pods.values() if p["spec"].get("schedulingGates")]
         with_reason = [p for p in waiting if any(
-            c.type == keys.CONDITION_WAITING for c in (p.status.conditions or []))]
+            c["type"] == keys.CONDITION_WAITING
+            for c in (p.get("status") or {}).get("conditions") or [])]
         return pods, waiting, with_reason
 
     pods, waiting, with_reason = snapshot()
@@ -174,6 +210,9 @@ def _burst(core: client.CoreV1Api, namespaces: dict[str, str], *, fleet_gpus: in
         "running_p50_s": round(_pct(run, 0.5), 2),
         "running_p99_s": round(_pct(run, 0.99), 2),
         "mean_release_s": round(statistics.fmean(rel), 2) if rel else "-",
+        "writers": release_writers(),
+        "load_1m_median": round(statistics.median(loads), 1) if loads else "-",
+        "wall_s": round(time.monotonic() - args.started),
     }
     for k, v in row.items():
         print(f"{k:>24}: {v}")

@@ -61,8 +61,10 @@ class Controller:
                                         time_limit=settings.time_limit_seconds, seed=settings.seed)
             solve = self._worker
         self.releaser = Releaser(api=api, backend=self.backend, record=self._record,
-                                 clock=clock, queues=settings.queues)
-        self.explainer = Explainer(api=api, clock=clock, record=self._record, identity=identity)
+                                 clock=clock, queues=settings.queues,
+                                 writers=settings.release_writers)
+        self.explainer = Explainer(api=api, clock=clock, record=self._record, identity=identity,
+                                   writers=settings.release_writers)
         self.leader_required = False  # set by start(): only a running replica needs the Lease
         self.cycle = Cycle(inventory=self.inventory, settings=settings, releaser=self.releaser,
                            explainer=self.explainer, solve=solve,
@@ -135,6 +137,8 @@ class Controller:
             t.join(timeout)
         if self._worker is not None:
             self._worker.close(kill=True)
+        self.releaser.close()
+        self.explainer.close()
 
     def _loop(self, stop: threading.Event) -> None:
         window = self.settings.window_seconds

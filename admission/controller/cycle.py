@@ -5,8 +5,9 @@
     2. timeouts   report gangs whose pods never all arrived
     3. solve      in a worker process, with a time limit
     4. check      the one feasibility checker judges the plan; a refused plan releases nothing
-    5. release    write placements, then open the gates, gang by gang
-    6. requeue    tell every pod left waiting why, and publish the queue per tenant
+    5. release    write placements, then open the gates, per gang (gangs side by side)
+    6. requeue    tell every pod left waiting why (and every released pod its scheduler has not
+                  bound), and publish the queue per tenant
 
 The fast path runs the same recipe, restricted to gangs of latency-critical classes, on arrival
 instead of at the window's end, against the capacity the last plans left.
@@ -29,6 +30,7 @@ from admission.controller.metrics import Metrics
 from admission.controller.release import Releaser, ReleaseResult
 from admission.controller.settings import Settings
 from admission.controller.snapshot import Built, GangInfo, Memo, build
+from admission.controller.unbound import not_bound
 from solver.checker import check
 from solver.plan import Plan
 from solver.types import MILLI, Snapshot
@@ -104,12 +106,10 @@ class Cycle:
 
         # 1. Finish releases that were under way.
         with self._phase(report, "finish"):
-            for info in built.by_state("finishing"):
-                if not self.still_leader():
-                    break
-                result = self.releaser.finish(info)
-                report.finished.append(result)
-                self._account(result, info, report.path)
+            finishing = built.by_state("finishing")
+            report.finished = self.releaser.finish_all(finishing, self.still_leader)
+            for result in report.finished:
+                self._account(result, built.gangs[result.gang], report.path)
 
         # 2. Gangs whose pods never all arrived.
         if not fast:
@@ -138,14 +138,13 @@ class Cycle:
         # 5. Release: placements first, gates only once every pod of a gang carries its plan.
         with self._phase(report, "release"):
             plan_id = f"{now.strftime('%Y%m%dT%H%M%S')}-{report.path}-{self.number}"
-            for gp in plan.admitted:
-                if not self.still_leader():
-                    log.warning("cycle %d: lost the lease; releasing nothing more", self.number)
-                    break
-                info = built.gangs[gp.gang]
-                result = self.releaser.release(info, gp, plan_id)
-                report.released.append(result)
-                self._account(result, info, report.path)
+            jobs = [(built.gangs[gp.gang], gp) for gp in plan.admitted]
+            report.released = self.releaser.release_all(jobs, plan_id, self.still_leader)
+            if len(report.released) < len(jobs):
+                log.warning("cycle %d: lost the lease; %d admitted gangs left unreleased",
+                            self.number, len(jobs) - len(report.released))
+            for result in report.released:
+                self._account(result, built.gangs[result.gang], report.path)
 
         # 6. Requeue: every pod left waiting says why; the queue per tenant is published.
         with self._phase(report, "requeue"):
@@ -186,7 +185,7 @@ class Cycle:
             log.warning("release of %s: %s", info.key, result.error)
         if result.complete:
             self.metrics.releases.labels(info.tenant, path).inc()
-        now = self.clock()
+        now = result.done_at or self.clock()
         for pod in result.released_pods:
             created = tr.created_at(pod)
             if created is not None:
@@ -200,6 +199,10 @@ class Cycle:
         for pod in released_pods:
             todo.append((pod, Why("Released", "released by Berth to its placement",
                                   waiting=False)))
+        # Released earlier, and still not bound by its scheduler: a refusal Berth reports.
+        if report.path != "fast":
+            todo.extend(not_bound(self.inventory.view().pods.values(), self.clock(),
+                                  self.settings.bind_grace_seconds))
         # Waiting pods, the head of each queue first, so the budget goes where users look.
         for key, why in sorted(report.why.items(), key=lambda kv: kv[1].message):
             for pod in built.gangs[key].gated:

@@ -9,6 +9,7 @@ itself is left out of the message for that reason; it is in the metrics and the 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from admission.controller import translate as tr
 from admission.controller.api import ApiError, ClusterApi
 from admission.controller.snapshot import Built, GangInfo
 from admission.controller.translate import Obj
+from admission.controller.writers import Writers
 from solver.checker import quota_usage_milli
 from solver.plan import Plan
 from solver.types import MILLI
@@ -113,28 +115,35 @@ class Explainer:
     """Writes conditions and Events, within a per-cycle budget."""
 
     def __init__(self, *, api: ClusterApi, clock: Callable[[], datetime],
-                 record: Callable[[Obj], object], identity: str) -> None:
+                 record: Callable[[Obj], object], identity: str, writers: int = 1) -> None:
         self.api = api
         self.clock = clock
         self.record = record
         self.identity = identity
+        self._writers = Writers(writers, "berth-explain")
 
     def tell(self, pods: Iterable[tuple[Obj, Why]], budget: int) -> int:
-        """Write the condition (and an Event) on each pod whose message changed; returns how
-        many pods were written."""
-        written = 0
+        """Write the condition (and an Event) on each pod whose message changed, up to
+        ``budget`` pods, several at once; returns how many pods were written."""
+        todo: list[tuple[Obj, Why]] = []
         for pod, why in pods:
-            if written >= budget:
+            if len(todo) >= budget:
                 break
-            if not needs_update(pod, why):
-                continue
+            if needs_update(pod, why):
+                todo.append((pod, why))
+
+        def one(item: tuple[Obj, Why]) -> bool:
             try:
-                self._write(pod, why)
+                self._write(*item)
             except ApiError as exc:
-                log.warning("explaining %s: %s", tr.pod_key(pod), exc)
-                continue
-            written += 1
-        return written
+                log.warning("explaining %s: %s", tr.pod_key(item[0]), exc)
+                return False
+            return True
+
+        return sum(self._writers.each(one, todo, threading.Event()))
+
+    def close(self) -> None:
+        self._writers.close()
 
     def _write(self, pod: Obj, why: Why) -> None:
         m = tr.meta(pod)

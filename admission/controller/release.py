@@ -12,14 +12,21 @@
 Every step is idempotent: patches are computed from the pod as it is and are empty when there is
 nothing left to do. Each object the API server returns is recorded in the inventory at once, so
 the next cycle sees the capacity this release took even before the watch echoes it.
+
+Writes are round trips that mostly wait, so they overlap (:mod:`writers`): the admitted gangs
+are released side by side, and within a gang every placement is sent at once, then, once all
+have answered, every gate at once. The order above holds per gang; a crash anywhere stops the
+whole batch from starting anything more, exactly as if the process had died.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from admission import constants as c
 from admission.backends.base import Backend
@@ -28,10 +35,13 @@ from admission.controller import translate as tr
 from admission.controller.api import ApiError, ClusterApi, Conflict, NotFound
 from admission.controller.snapshot import GangInfo
 from admission.controller.translate import Obj
-from solver.plan import GangPlacement
+from admission.controller.writers import Writers
+from solver.plan import GangPlacement, PodPlacement
 from solver.types import GpuShare
 
 log = logging.getLogger(__name__)
+
+G = TypeVar("G")
 
 
 @dataclass(slots=True)
@@ -42,6 +52,7 @@ class ReleaseResult:
     complete: bool = False  # every pod of the gang is past Berth's gate
     error: str | None = None
     released_pods: tuple[Obj, ...] = ()
+    done_at: datetime | None = None  # when its last gate was answered
 
 
 def rfc3339(t: datetime) -> str:
@@ -50,12 +61,17 @@ def rfc3339(t: datetime) -> str:
 
 class Releaser:
     def __init__(self, *, api: ClusterApi, backend: Backend, record: Callable[[Obj], object],
-                 clock: Callable[[], datetime], queues: Mapping[str, str]) -> None:
+                 clock: Callable[[], datetime], queues: Mapping[str, str],
+                 writers: int = 1) -> None:
         self.api = api
         self.backend = backend
         self.record = record  # feeds each returned object into the inventory
         self.clock = clock
         self.queues = queues
+        # Gangs side by side, and each gang's pods side by side: the gang threads mostly wait
+        # on their pods' writes, so at most ``writers`` pod writes are in flight per pool.
+        self._gangs = Writers(writers, "berth-release-gang")
+        self._pods = Writers(writers, "berth-release-pod")
 
     # ------------------------------------------------------------------ helpers
     def _patch(self, pod: Obj, make: Callable[[Obj], list[pl.Op]]) -> tuple[Obj, bool]:
@@ -85,8 +101,8 @@ class Releaser:
             return new, True
         raise AssertionError("unreachable")
 
-    def write_placement(self, pod: Obj, node: str, shares: tuple[GpuShare, ...], plan: str,
-                        info: GangInfo) -> tuple[Obj, bool]:
+    def _placement_ops(self, node: str, shares: tuple[GpuShare, ...], plan: str,
+                       info: GangInfo) -> Callable[[Obj], list[pl.Op]]:
         queue = self.queues.get(info.tenant)
         labels, extra = self.backend.pod_metadata(info, queue)
 
@@ -97,7 +113,20 @@ class Releaser:
                 want.pop(c.ANNOTATION_ASSIGNED_AT)  # same plan already written: keep its time
             return pl.placement_ops(current, annotations_={**extra, **want}, labels_=labels)
 
-        return self._patch(pod, make)
+        return make
+
+    def write_placement(self, pod: Obj, node: str, shares: tuple[GpuShare, ...], plan: str,
+                        info: GangInfo) -> tuple[Obj, bool]:
+        return self._patch(pod, self._placement_ops(node, shares, plan, info))
+
+    def place_and_open(self, pod: Obj, node: str, shares: tuple[GpuShare, ...], plan: str,
+                       info: GangInfo) -> tuple[Obj, bool]:
+        """A gang of one pod: its placement and its gate in one update, which the API server
+        applies whole or not at all, so the pod never leaves the gate without its plan. Half
+        the writes of steps 2 and 3 for the most common gang there is."""
+        placement = self._placement_ops(node, shares, plan, info)
+        return self._patch(pod, lambda current: placement(current)
+                           + pl.release_ops(current, node))
 
     def open_gate(self, pod: Obj, node: str) -> tuple[Obj, bool]:
         return self._patch(pod, lambda current: pl.release_ops(current, node))
@@ -105,6 +134,40 @@ class Releaser:
     # ------------------------------------------------------------------ the protocol
     def release(self, info: GangInfo, placement: GangPlacement, plan: str) -> ReleaseResult:
         """Steps 1-3 for a gang the solver admitted."""
+        return self._release(info, placement, plan, threading.Event())
+
+    def finish(self, info: GangInfo) -> ReleaseResult:
+        """Complete a release that was under way (every pod carries the same plan)."""
+        return self._finish(info, threading.Event())
+
+    def release_all(self, jobs: Sequence[tuple[GangInfo, GangPlacement]], plan: str,
+                    may_write: Callable[[], bool]) -> list[ReleaseResult]:
+        """:meth:`release` for each admitted gang, gangs side by side. ``may_write`` is asked
+        before each gang (a replica that lost its Lease stops); the results of the gangs it
+        started, in the order given."""
+        return self._each_gang(lambda job, stop: self._release(job[0], job[1], plan, stop),
+                               jobs, may_write)
+
+    def finish_all(self, infos: Sequence[GangInfo],
+                   may_write: Callable[[], bool]) -> list[ReleaseResult]:
+        """:meth:`finish` for each finishing gang, gangs side by side."""
+        return self._each_gang(self._finish, infos, may_write)
+
+    def close(self) -> None:
+        self._gangs.close()
+        self._pods.close()
+
+    def _each_gang(self, fn: Callable[[G, threading.Event], ReleaseResult], items: Sequence[G],
+                   may_write: Callable[[], bool]) -> list[ReleaseResult]:
+        stop = threading.Event()  # set by a crash anywhere in this batch: nothing more starts
+
+        def one(item: G) -> ReleaseResult | None:
+            return fn(item, stop) if may_write() else None
+
+        return [r for r in self._gangs.each(one, items, stop) if r is not None]
+
+    def _release(self, info: GangInfo, placement: GangPlacement, plan: str,
+                 stop: threading.Event) -> ReleaseResult:
         result = ReleaseResult(gang=info.key)
         pods = {tr.pod_key(p): p for p in info.gated}
         try:
@@ -116,26 +179,57 @@ class Releaser:
             problem = self.backend.problem(pod)
             if problem:
                 log.warning("pod %s: %s", tr.pod_key(pod), problem)
-        written: list[tuple[Obj, str]] = []
         for pp in placement.pods:
-            target = pods.get(pp.pod)
-            if target is None:
+            if pp.pod not in pods:
                 result.error = f"plan names pod {pp.pod} the gang does not hold"
                 return result
+        if len(placement.pods) == 1 and len(info.gated) == 1:
+            return self._release_one(result, info, placement.pods[0], pods[placement.pods[0].pod],
+                                     plan, stop)
+
+        # Step 2, every pod of the gang at once; step 3 starts only when all have answered.
+        def place(pp: PodPlacement) -> tuple[Obj, bool] | ApiError:
             try:
-                new, changed = self.write_placement(target, pp.node, pp.gpus, plan, info)
+                return self.write_placement(pods[pp.pod], pp.node, pp.gpus, plan, info)
             except ApiError as exc:
-                result.error = f"writing placement on {pp.pod}: {exc}"
+                return exc
+
+        outcomes = self._pods.each(place, placement.pods, stop)
+        written: list[tuple[Obj, str]] = []
+        for pp, out in zip(placement.pods, outcomes, strict=True):
+            if isinstance(out, ApiError):
+                result.error = f"writing placement on {pp.pod}: {out}"
                 return result  # no gate touched: the gang stays pending
-            result.wrote += changed
-            written.append((new, pp.node))
+            result.wrote += out[1]
+            written.append((out[0], pp.node))
         if len(written) != len(info.gated) or any(tr.plan_id(p) != plan for p, _ in written):
             result.error = "not every pod of the gang carries the plan; gates left closed"
             return result
-        return self._open_all(result, written)
+        return self._open_all(result, written, stop)
 
-    def finish(self, info: GangInfo) -> ReleaseResult:
-        """Complete a release that was under way (every pod carries the same plan)."""
+    def _release_one(self, result: ReleaseResult, info: GangInfo, pp: PodPlacement, pod: Obj,
+                     plan: str, stop: threading.Event) -> ReleaseResult:
+        def both(_: object) -> tuple[Obj, bool] | ApiError:
+            try:
+                return self.place_and_open(pod, pp.node, pp.gpus, plan, info)
+            except ApiError as exc:
+                return exc
+
+        out = self._pods.each(both, [pp], stop)[0]
+        if isinstance(out, ApiError):
+            result.error = f"releasing {pp.pod}: {out}"
+            return result  # nothing applied: the gang stays pending
+        new, changed = out
+        if tr.has_berth_gate(new) or tr.plan_id(new) != plan:
+            result.error = "the pod does not carry the plan; gate left closed"
+            return result
+        result.wrote = result.opened = int(changed)
+        result.released_pods = (new,) if changed else ()
+        result.complete = True
+        result.done_at = self.clock()
+        return result
+
+    def _finish(self, info: GangInfo, stop: threading.Event) -> ReleaseResult:
         result = ReleaseResult(gang=info.key)
         todo = []
         for pod in info.gated:
@@ -144,21 +238,26 @@ class Releaser:
                 result.error = f"pod {tr.pod_key(pod)} lost its assignment"
                 return result
             todo.append((pod, assigned[0]))
-        return self._open_all(result, todo)
+        return self._open_all(result, todo, stop)
 
-    def _open_all(self, result: ReleaseResult, todo: list[tuple[Obj, str]]) -> ReleaseResult:
-        released: list[Obj] = []
-        for pod, node in todo:
+    def _open_all(self, result: ReleaseResult, todo: list[tuple[Obj, str]],
+                  stop: threading.Event) -> ReleaseResult:
+        def open_one(item: tuple[Obj, str]) -> tuple[Obj, bool] | ApiError:
             try:
-                new, changed = self.open_gate(pod, node)
+                return self.open_gate(*item)
             except ApiError as exc:
+                return exc
+
+        released: list[Obj] = []
+        for (pod, _), out in zip(todo, self._pods.each(open_one, todo, stop), strict=True):
+            if isinstance(out, ApiError):
                 # The rest of the gang keeps its plan; the next cycle finishes it.
-                result.error = f"opening the gate of {tr.pod_key(pod)}: {exc}"
-                result.released_pods = tuple(released)
-                return result
-            result.opened += changed
-            if changed:
-                released.append(new)
-        result.complete = True
+                result.error = result.error or f"opening the gate of {tr.pod_key(pod)}: {out}"
+                continue
+            result.opened += out[1]
+            if out[1]:
+                released.append(out[0])
+        result.complete = result.error is None
         result.released_pods = tuple(released)
+        result.done_at = self.clock()
         return result

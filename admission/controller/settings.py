@@ -6,11 +6,21 @@ The cycle and the release never look at the pydantic policy directly: they take 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from admission.policy import Policy, to_solver
 from solver.types import SolverPolicy, Tenant
+
+# Concurrent writes of a running controller (BERTH_RELEASE_WRITERS overrides it, to measure):
+# see e2e/bench_scale.md for what it buys on the local control plane.
+RELEASE_WRITERS = 8
+
+
+def release_writers() -> int:
+    raw = os.environ.get("BERTH_RELEASE_WRITERS", "")
+    return max(1, int(raw)) if raw.isdigit() else RELEASE_WRITERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +40,15 @@ class Settings:
     # Most pod condition updates and events the controller writes per cycle, so that 10,000
     # waiting pods do not turn one cycle into 10,000 writes; the rest follow in later cycles.
     explain_budget: int = 500
+    # Pod writes in flight at once during a release and when explaining (each is one round
+    # trip to the API server). Gangs are released side by side and each gang's pods written
+    # side by side; the protocol's order (every placement of a gang before any of its gates)
+    # holds per gang. 1 writes one pod at a time in plan order, which tests that crash at the
+    # n-th write rely on; a policy file gets RELEASE_WRITERS.
+    release_writers: int = 1
+    # A pod Berth released and its scheduler has not bound this long after says so
+    # (condition reason NotBound and a Warning Event; see unbound.py).
+    bind_grace_seconds: float = 30.0
 
     def tenant(self, name: str) -> Tenant | None:
         for t in self.tenants:
@@ -57,4 +76,5 @@ def from_policy(policy: Policy) -> Settings:
         time_limit_seconds=policy.solver.time_limit_seconds,
         backend=policy.release.backend,
         queues=queues,
+        release_writers=release_writers(),
     )
