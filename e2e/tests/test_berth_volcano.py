@@ -156,3 +156,80 @@ def test_a_gang_that_does_not_fit_is_held_whole(
             f"{p.metadata.name} lost its gate{_logs(berth, volcano)}"
         assert p.spec.node_name is None
     assert _pod_groups(cluster, ns) == []
+
+
+def _waiting(pod: Any) -> Any:
+    return next((cnd for cnd in pod.status.conditions or []
+                 if cnd.type == "berth.dev/Waiting"), None)
+
+
+def _events(core: client.CoreV1Api, ns: str, pod: str, reason: str) -> list[Any]:
+    return [e for e in core.list_namespaced_event(ns).items
+            if e.involved_object.name == pod and e.reason == reason]
+
+
+def test_a_gang_volcano_refuses_stays_whole_and_berth_says_why(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], queue: str,
+    volcano: ProcessRecord, berth: BerthWebhook
+) -> None:
+    """Berth admits a gang that its Volcano queue cannot take (the queue is capped at 8 GPUs,
+    the gang needs 2 x 8): what a user should see.
+
+    - Berth releases the gang as usual (its own quota allows it): gates lifted, each pod pinned
+      to the node Berth chose, the PodGroup (minMember 2) in the tenant's queue.
+    - Volcano binds none of it: all of a gang or nothing. No pod is lost: both stay Pending,
+      unbound, pinned to Berth's nodes; nothing deletes them.
+    - Berth does not stay silent: once a released pod has gone unbound for its grace (30 s),
+      its ``berth.dev/Waiting`` condition turns True with reason ``NotBound``, naming the node
+      Berth chose and what Volcano answers, with a Warning Event (``kubectl describe pod``).
+    - When the queue's cap is lifted, Volcano binds the gang whole, on Berth's nodes, and
+      Berth's condition turns False (``Bound``).
+    """
+    ns = tenant_namespaces["team-a"]
+    core = cluster.core
+    queues = dynamic.DynamicClient(cluster.api).resources.get(api_version=VC, kind="Queue")
+    queues.patch(name=queue, body={"spec": {"capability": {"nvidia.com/gpu": "8"}}},
+                 content_type="application/merge-patch+json")
+    for i in range(2):
+        core.create_namespaced_pod(ns, _gang("capped", i, size=2, gpus=8,
+                                             topology="required:rack"))
+    # Released by Berth: no gate left, both pinned, the PodGroup in the capped queue.
+    pods = eventually(lambda: _members(core, ns, "capped"),
+                      lambda ps: len(ps) == 2 and all(not p.spec.scheduling_gates for p in ps),
+                      timeout=60, what="Berth to release the gang")
+    placed = {p.metadata.name: p.metadata.annotations[c.ANNOTATION_ASSIGNED_NODE] for p in pods}
+    groups = _pod_groups(cluster, ns)
+    assert [(g.spec.minMember, g.spec.queue) for g in groups] == [(2, queue)]
+    # Refused by Volcano, reported by Berth: each pod NotBound, with a Warning Event.
+    try:
+        pods = eventually(
+            lambda: _members(core, ns, "capped"),
+            lambda ps: len(ps) == 2 and all(
+                (w := _waiting(p)) is not None and w.reason == "NotBound" for p in ps),
+            timeout=90, what="Berth to report the released pods Volcano does not bind")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}{_logs(berth, volcano)}") from None
+    for p in pods:
+        assert p.spec.node_name is None, f"{p.metadata.name} bound past the queue's cap"
+        assert p.status.phase == "Pending"
+        w = _waiting(p)
+        assert w.status == "True"
+        assert f"released to node {placed[p.metadata.name]}" in w.message
+        # Volcano's own refusal (its PodScheduled condition), not Berth's guess.
+        assert "volcano says:" in w.message and "nothing yet" not in w.message, w.message
+        print(f"\n{p.metadata.name}: {w.reason}: {w.message}")
+        warnings = _events(core, ns, p.metadata.name, "NotBound")
+        assert warnings and warnings[0].type == "Warning", warnings
+    # The cap lifted: Volcano binds the whole gang where Berth placed it; Berth says Bound.
+    queues.patch(name=queue, body={"spec": {"capability": {"nvidia.com/gpu": "64"}}},
+                 content_type="application/merge-patch+json")
+    try:
+        pods = eventually(
+            lambda: _members(core, ns, "capped"),
+            lambda ps: len(ps) == 2 and all(
+                p.status.phase == "Running" and (w := _waiting(p)) is not None
+                and (w.status, w.reason) == ("False", "Bound") for p in ps),
+            timeout=90, what="Volcano to bind the gang once its queue's cap is lifted")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}{_logs(berth, volcano)}") from None
+    assert {p.metadata.name: p.spec.node_name for p in pods} == placed
