@@ -16,7 +16,8 @@ from solver.checker import check
 from solver.plan import GangPlacement, Plan, PodPlacement, SolveStats
 from solver.simulate.bound import allocation_bound_milli
 from solver.simulate.bound_patterns import node_kinds, pattern_bound, pod_classes
-from solver.simulate.bound_pricing import price
+from solver.simulate.bound_pricing import NodeKind, price
+from solver.simulate.bound_pricing_cpsat import fits, price_exact
 from solver.simulate.timed_scenario import TracePod
 from solver.trace import pod_request
 from solver.types import GPU, MILLI, Gang, GpuShare, Node, Snapshot
@@ -127,6 +128,18 @@ def test_pricing_finds_the_best_single_node_fill() -> None:
         classes[i].demand_milli * k for i, k in got.pattern.items()) == 2000
 
 
+def test_exact_pricing_holds_memory_per_node() -> None:
+    # One GPU, 4000 MiB: two half-GPU pods of 3000 MiB each fit its GPU but not its memory.
+    nodes = cluster((1, 16000, 4000, "T4"))
+    pods = [pod(f"m{i}", 1, 500, mem=3000) for i in range(2)]
+    pooled = pattern_bound(nodes, pods)  # memory pooled per kind: 4000 / 3000 of a pod
+    assert abs(pooled.bound_milli - 2000 / 3) < 1e-3
+    exact = pattern_bound(nodes, pods, exact_time_s=10.0)
+    assert exact.converged
+    assert abs(exact.bound_milli - 500) < 1e-3
+    assert exact_packing_milli(nodes, pods) == 500
+
+
 def test_cpu_only_pods_and_an_empty_cluster_give_zero() -> None:
     nodes = cluster((2, 8000, 8000, "T4"))
     assert pattern_bound(nodes, [pod("cpu", 0, 0)]).bound_milli == 0
@@ -160,3 +173,37 @@ def test_bound_is_never_below_an_exact_packing(case: tuple[tuple[Node, ...], lis
     # shares here are multiples of 10 milli, so the bound is at least as tight as pooling
     assert bound.bound_milli <= allocation_bound_milli(nodes, pods) + EPS
     assert bound.bound_milli <= sum(p.num_gpu * p.gpu_milli for p in pods) + EPS
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_pricing_is_never_below_a_real_fill(data: st.DataObject) -> None:
+    """The dynamic programme's value bounds every real pattern CP-SAT finds, at any prices,
+    and CP-SAT's own upper bound is never below its pattern."""
+    kind = NodeKind(frozenset({"T4"}), data.draw(st.sampled_from((1, 2, 4, 8))),
+                    data.draw(st.integers(1000, 40000)), data.draw(st.integers(1000, 40000)), 1)
+    arrived = [pod(f"p{i}", data.draw(st.sampled_from((1, 1, 2, 4))), MILLI,
+                   cpu=data.draw(st.integers(0, 12000)), mem=data.draw(st.integers(0, 12000)))
+               for i in range(data.draw(st.integers(0, 4)))]
+    arrived += [pod(f"s{i}", 1, data.draw(st.integers(1, 99)) * 10,
+                    cpu=data.draw(st.integers(0, 12000)), mem=data.draw(st.integers(0, 12000)))
+                for i in range(data.draw(st.integers(1, 6)))]
+    classes = pod_classes(arrived)
+    profits = [c.demand_milli * data.draw(st.floats(-0.5, 1.0)) for c in classes]
+    relaxed = price(kind, classes, profits)
+    exact = price_exact(kind, classes, profits, time_limit_s=5.0)
+    assert fits(kind, classes, exact.pattern)
+    assert exact.upper >= exact.profit - EPS
+    assert relaxed.profit >= exact.profit - EPS
+    assert abs(sum(profits[i] * k for i, k in relaxed.pattern.items()) - relaxed.profit) < 1e-6
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_exact_pricing_keeps_the_bound_valid(case: tuple[tuple[Node, ...], list[TracePod]]
+                                             ) -> None:
+    nodes, pods = case
+    relaxed = pattern_bound(nodes, pods)
+    exact = pattern_bound(nodes, pods, exact_time_s=20.0)
+    assert exact.bound_milli <= relaxed.bound_milli + EPS
+    assert exact.bound_milli >= exact_packing_milli(nodes, pods) - EPS
