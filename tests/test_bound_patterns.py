@@ -8,6 +8,7 @@ random instances (hypothesis) check both facts broadly.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
@@ -20,7 +21,7 @@ from solver.simulate.bound_pricing import NodeKind, price
 from solver.simulate.bound_pricing_cpsat import fits, price_exact
 from solver.simulate.timed_scenario import TracePod
 from solver.trace import pod_request
-from solver.types import GPU, MILLI, Gang, GpuShare, Node, Snapshot
+from solver.types import GPU, MILLI, Gang, GpuShare, Node, ProblemError, Snapshot
 
 EPS = 1e-6
 
@@ -138,6 +139,13 @@ def test_exact_pricing_holds_memory_per_node() -> None:
     assert exact.converged
     assert abs(exact.bound_milli - 500) < 1e-3
     assert exact_packing_milli(nodes, pods) == 500
+
+
+def test_bad_limits_name_the_parameter() -> None:
+    nodes = cluster((1, 8000, 8000, "T4"))
+    for kwargs in ({"time_limit_s": -1.0}, {"exact_time_s": float("nan")}, {"tolerance": -1e-3}):
+        with pytest.raises(ProblemError, match=next(iter(kwargs))):
+            pattern_bound(nodes, [pod("a", 1, MILLI)], **kwargs)
 
 
 def test_cpu_only_pods_and_an_empty_cluster_give_zero() -> None:

@@ -53,7 +53,7 @@ from solver.simulate.bound_pricing import NodeKind, PodClass, price
 from solver.simulate.bound_pricing_cpsat import fits, price_exact
 from solver.simulate.timed_scenario import TracePod
 from solver.trace import pod_request
-from solver.types import MILLI, Node
+from solver.types import MILLI, Node, ProblemError
 
 #: Seconds for one exact (CP-SAT) pricing call.
 EXACT_CALL_S = 2.0
@@ -102,6 +102,10 @@ def pattern_bound(nodes: Sequence[Node], arrived: Sequence[TracePod], *,
     the patterns that break a node's real CPU or memory are dropped and CP-SAT prices each
     node exactly (:mod:`solver.simulate.bound_pricing_cpsat`); this can only lower the bound.
     """
+    for name, value in (("time_limit_s", time_limit_s), ("exact_time_s", exact_time_s),
+                        ("tolerance", tolerance)):
+        if not value >= 0:  # also refuses NaN
+            raise ProblemError(name, f"must be >= 0, got {value}")
     start = time.perf_counter()
     classes = pod_classes(arrived)
     kinds = node_kinds(nodes)
