@@ -12,8 +12,12 @@ shares ``r_1..r_G``, and a typical pod m asking ``c_m`` CPU and ``k_m`` GPUs of 
 - m *cannot run* on n when ``c_m > c_n``, or its GPU models exclude n's model, or fewer than
   ``k_m`` GPUs have ``r_g >= d_m``. Then every free GPU share on n is a fragment for m:
   ``F_n(m) = sum_g r_g``.
-- Otherwise the fragments are the GPUs too small for m: ``F_n(m) = sum_{g: r_g < d_m} r_g``
-  (a CPU-only pod, ``d_m = 0``, sees no fragment on a node where it fits).
+- Otherwise the fragments are the GPUs too small for m: ``F_n(m) = sum_{g: r_g < d_m} r_g``.
+- A CPU-only typical pod can use no GPU, so every free GPU share is a fragment for it, whether
+  its CPU fits or not: ``F_n(m) = sum_g r_g``. (The paper's public simulator counts it so: its
+  "CPU pod satisfied" class is not the "satisfied" one that is left out of the fragment sum.)
+  Such pods therefore add ``p_m x`` the free GPU to every node, which never changes which node
+  a GPU pod prefers, and leave a CPU-only pod's own choice to the GPU typical pods.
 - Expected fragmentation ``F_n(M) = sum_m p_m F_n(m)`` with ``p_m`` the popularity of m.
 - FGD places a pod on the node (and GPU) minimising ``F_n'(M) - F_n(M)``, n' being n after the
   placement.
@@ -47,8 +51,8 @@ def typical_pods(
     pods: Iterable[PodRequest], coverage: float = DEFAULT_COVERAGE
 ) -> tuple[TypicalPod, ...]:
     """The most popular pod shapes (CPU, GPU count, per-GPU share, models) that together cover
-    ``coverage`` of ``pods``, each weighted by its share of all pods. CPU-only pods count:
-    they take CPU that GPU pods then lack."""
+    ``coverage`` of ``pods``, each weighted by its share of all pods. CPU-only pods count, as
+    in the paper's simulator: they are part of what arrives."""
     counts: Counter[tuple[int, int, int, frozenset[str]]] = Counter(
         (p.cpu_milli, p.gpu_count, p.gpu_milli, p.models if p.gpu_count else frozenset())
         for p in pods
@@ -56,7 +60,10 @@ def typical_pods(
     total = sum(counts.values())
     if total == 0:
         return ()
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][:3], sorted(kv[0][3])))
+    # most popular first; equal counts put the larger shape first (CPU, then per-GPU share,
+    # then GPU count), as the paper's simulator orders them, which decides the cut
+    ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0][0], kv[0][2], kv[0][1],
+                                                    "|".join(sorted(kv[0][3]))), reverse=True)
     out: list[TypicalPod] = []
     covered = 0
     for (cpu, count, milli, models), n in ranked:
@@ -75,7 +82,7 @@ def pod_fragmentation(
     free = [max(0, r) for r in gpu_free]
     total = sum(free)
     if pod.gpu_count == 0:
-        return 0 if pod.cpu_milli <= cpu_free else total
+        return total  # a CPU-only pod uses no GPU: all of it is a fragment for it
     model_ok = model is not None and (not pod.models or model in pod.models)
     fits = sum(1 for r in free if r >= pod.gpu_milli) >= pod.gpu_count
     if pod.cpu_milli > cpu_free or not model_ok or not fits:
@@ -113,13 +120,13 @@ class FragTable:
         steps = len(self.cpu_steps)
         w = np.zeros((len(profiles), n_models + 1, steps + 1), dtype=np.float64)
         for p in workload:
+            if p.gpu_count == 0:
+                continue  # uses no GPU anywhere: its fragment is always the whole free GPU
             q = q_of[(p.gpu_milli, p.gpu_count)]
             j = int(np.searchsorted(self.cpu_steps, p.cpu_milli)) + 1
             for i, name in enumerate(models):
-                if p.gpu_count == 0 or not p.models or name in p.models:
+                if not p.models or name in p.models:
                     w[q, i, j] += p.weight
-            if p.gpu_count == 0:
-                w[q, n_models, j] += p.weight
         self.weights: FloatArray = np.cumsum(w, axis=2)
         self.total_weight = float(sum(p.weight for p in workload))
 

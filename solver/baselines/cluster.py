@@ -101,6 +101,9 @@ class ClusterArrays:
         for i in range(n):
             self.state_id[i] = ids.setdefault(raw[i * width:(i + 1) * width], len(ids))
         self.frag: FragTable | None = None
+        # tie_rank[n]: where node n stands when policies score nodes equal (lowest first);
+        # snapshot order until a placer draws a seeded order (see GangPlacer)
+        self.tie_rank: IntArray = np.arange(n, dtype=np.int64)
         self._journal: list[Saved] | None = None
         self._cnt: IntArray | None = None
         self._usable: IntArray | None = None
@@ -177,6 +180,7 @@ class ClusterArrays:
         c.constrained_slots = set(self.constrained_slots)
         c.state_id, c._state_ids = self.state_id.copy(), dict(self._state_ids)
         c.frag, c._journal = self.frag, None
+        c.tie_rank = self.tie_rank
         c._cnt = None if self._cnt is None else self._cnt.copy()
         c._usable = None if self._usable is None else self._usable.copy()
         c._total = None if self._total is None else self._total.copy()

@@ -40,6 +40,11 @@ class GangPlacer:
                              f"choose one of {', '.join(sorted(POLICIES))}")
         self.policy: Policy = POLICIES[self.policy_name]
         self.used = dict(quota_usage_milli(self.state.snapshot)) | self.used
+        if self.policy_name == "fgd":
+            # FGD's scores tie often; ties go to the first node of one seeded order, drawn
+            # once, as the paper's simulator names its nodes with a seeded random prefix and
+            # gives ties to the smallest name
+            self.state.tie_rank = self.rng.permutation(len(self.state.nodes)).astype(np.int64)
 
     def place(self, gang: Gang) -> GangPlacement | str:
         """Place the whole gang (state updated) or nothing (state untouched, reason returned)."""

@@ -3,7 +3,8 @@
 Each policy receives the nodes and GPU slots that can take the pod (already filtered for
 eligibility, capacity, models, GPU memory and interference by :mod:`solver.baselines.cluster`)
 and returns a node row and the GPU slots to use, or None. Ties go to the lowest node row and
-GPU slot, so a policy is deterministic for a given snapshot (random: for a given seed).
+GPU slot, except FGD's, which go to a seeded node order as in the paper's simulator; every
+policy is deterministic for a given snapshot and seed.
 """
 
 from __future__ import annotations
@@ -92,29 +93,45 @@ def fgd_deltas(state: ClusterArrays, pod: PodRequest, nodes: BoolArray,
     return rows, out
 
 
+#: FGD's node score is ``int(SCORE_SCALE * sigmoid(-increase / SCORE_MILLI))`` with the
+#: increase in milli-GPU against a target workload whose weights sum to 1, as the paper's
+#: simulator computes it. The integer score is coarse (one step is about 40 milli-GPU near
+#: zero), so nearly equal placements tie and the tie order decides.
+SCORE_SCALE = 100
+SCORE_MILLI = 1000.0
+
+
+def fgd_scores(state: ClusterArrays, delta: FloatArray) -> npt.NDArray[np.int64]:
+    """FGD's integer score of each fragmentation increase in ``delta`` (-1 where infinite)."""
+    weight = state.fragmentation().total_weight or 1.0
+    x = np.where(np.isfinite(delta), delta, 0.0) / (weight * SCORE_MILLI)
+    score = np.floor(SCORE_SCALE / (1.0 + np.exp(x))).astype(np.int64)
+    out: npt.NDArray[np.int64] = np.where(np.isfinite(delta), score, -1)
+    return out
+
+
 def fgd(state: ClusterArrays, pod: PodRequest, nodes: BoolArray,
         slots: BoolArray | None, rng: np.random.Generator) -> Choice | None:
     """Fragmentation gradient descent: the node and GPU whose use increases the node's expected
-    fragmentation against the target workload the least (:mod:`solver.fragmentation`).
+    fragmentation against the target workload the least (:mod:`solver.fragmentation`), judged
+    by :func:`fgd_scores` as the paper's simulator does.
 
-    The paper leaves ties open, and they are common (a whole-GPU pod on any node with whole
-    GPUs to spare changes nothing for the typical pods). They go to the node with the least
-    free GPU, then the lowest row: packing keeps empty nodes for pods that need many GPUs.
+    A GPU share takes the GPU of the highest score on its node (the lowest GPU among equals,
+    fully free ones included); whole GPUs are the lowest free ones. Nodes of equal score go to
+    the lowest ``state.tie_rank`` (a seeded order, drawn by the placer).
     """
     rows, delta = fgd_deltas(state, pod, nodes, slots)
     if rows.size == 0:
         return None
-    per_row = delta.min(axis=1) if delta.ndim == 2 else delta
-    best = np.flatnonzero(per_row == per_row.min())
-    if best.size > 1:
-        left = np.maximum(state.gfree[rows[best]], 0).sum(axis=1)
-        best = best[left == left.min()]
-    i = int(best[0])
+    score = fgd_scores(state, delta)
+    per_row = score.max(axis=1) if score.ndim == 2 else score
+    best = np.flatnonzero(per_row == per_row.max())
+    i = int(best[np.argmin(state.tie_rank[rows[best]])])
     row = int(rows[i])
     if slots is None:
         return row, []
-    if delta.ndim == 2:
-        return row, [int(np.argmin(delta[i]))]
+    if score.ndim == 2:
+        return row, [int(np.argmax(score[i]))]
     return row, _lowest_slots(slots, row, pod.gpu_count)
 
 
