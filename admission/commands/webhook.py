@@ -18,12 +18,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8443, help="port (default 8443)")
     parser.add_argument("--log-level", default="INFO",
                         choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    parser.add_argument("--event-loop", default="auto", choices=("auto", "uvloop", "asyncio"),
+                        help="auto (default): uvloop when installed, else asyncio's loop")
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
     import logging
 
+    from admission import event_loop
     from admission.certs import CertError
     from admission.cli import UsageError
     from admission.policy import PolicyError
@@ -36,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
     config = WebhookConfig(policy=args.policy, cert_dir=args.cert_dir, host=args.host,
                            port=args.port)
     try:
-        asyncio.run(run_webhook(config))
+        event_loop.run(run_webhook(config), args.event_loop)
+    except event_loop.LoopUnavailable as exc:
+        raise UsageError(f"--event-loop: {exc}") from None
     except PolicyError as exc:
         raise UsageError(f"--policy: the policy is not valid:\n{exc}") from None
     except CertError as exc:

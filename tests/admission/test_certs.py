@@ -18,6 +18,7 @@ import yaml
 from cryptography import x509
 from review_helpers import SAMPLE, fixture
 
+from admission import event_loop
 from admission.certs import CertError, TlsReloader, render_webhook_config, write_bundle
 from admission.cli import main
 from admission.webhook import WebhookConfig, start_webhook
@@ -87,6 +88,16 @@ async def _peer_serial(port: int, ca: Path) -> int:
 
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated")
 async def test_tls_server_reloads_rotated_certificates_without_dropping(tmp_path: Path) -> None:
+    await _rotation(tmp_path)
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated")
+def test_tls_reload_and_minimum_version_hold_on_uvloop(tmp_path: Path) -> None:
+    # `berth webhook` serves on uvloop, whose TLS layer is its own: the same checks there.
+    event_loop.run(_rotation(tmp_path), "uvloop")
+
+
+async def _rotation(tmp_path: Path) -> None:
     certs = tmp_path / "certs"
     first = write_bundle(certs, "127.0.0.1")
     old_ca = tmp_path / "old-ca.crt"

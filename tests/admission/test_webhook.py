@@ -1,25 +1,58 @@
-"""The webhook server in-process (aiohttp_client): real payloads, every kind of bad request,
-random input from hypothesis, policy hot reload and graceful drain."""
+"""The webhook server in-process (the server `berth webhook` runs, on a free port, over plain
+HTTP): real payloads, every kind of bad request, random input from hypothesis, policy hot
+reload and graceful drain."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
-from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from review_helpers import FIXTURES, SAMPLE, fixture
 
 import admission.webhook as webhook_module
-from admission.webhook import WebhookConfig, build_app, new_state, start_webhook
+from admission.webhook import WebhookConfig, WebhookServer, WebhookState, start_webhook
 
 FIXTURE_NAMES = sorted(p.name for p in FIXTURES.glob("*.json"))
+
+
+class Client:
+    """Requests to a running webhook by path; ``state`` is the server's."""
+
+    def __init__(self, server: WebhookServer, session: aiohttp.ClientSession) -> None:
+        self.server = server
+        self.state: WebhookState = server.state
+        self.session = session
+        self.base = f"http://127.0.0.1:{server.port}"
+
+    def post(self, path: str, **kwargs: Any) -> Any:
+        return self.session.post(self.base + path, **kwargs)
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.session.get(self.base + path, **kwargs)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self.session.request(method, self.base + path, **kwargs)
+
+
+@contextlib.asynccontextmanager
+async def serve(policy: Path, **config: Any) -> AsyncIterator[Client]:
+    server = await start_webhook(WebhookConfig(policy=policy, cert_dir=None, port=0,
+                                               drain_seconds=0, **config))
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield Client(server, session)
+    finally:
+        await server.stop()
 
 
 @pytest.fixture
@@ -30,12 +63,12 @@ def policy_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def client(aiohttp_client: Any, policy_file: Path) -> TestClient:  # type: ignore[type-arg]
-    state = new_state(WebhookConfig(policy=policy_file, cert_dir=None, max_body=64 * 1024))
-    return await aiohttp_client(build_app(state, policy_interval=0.05))  # type: ignore[no-any-return]
+async def client(policy_file: Path) -> AsyncIterator[Client]:
+    async with serve(policy_file, max_body=64 * 1024, policy_interval=0.05) as c:
+        yield c
 
 
-async def post(client: TestClient, body: Any) -> tuple[int, Any]:  # type: ignore[type-arg]
+async def post(client: Client, body: Any) -> tuple[int, Any]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     resp = await client.post("/mutate-pods", data=data,
                              headers={"Content-Type": "application/json"})
@@ -55,7 +88,7 @@ def metric(text: str, name: str) -> float:
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
-async def test_real_reviews_are_answered(client: TestClient, name: str) -> None:  # type: ignore[type-arg]
+async def test_real_reviews_are_answered(client: Client, name: str) -> None:
     payload = fixture(name)
     status, body = await post(client, payload)
     assert status == 200
@@ -81,17 +114,17 @@ async def test_real_reviews_are_answered(client: TestClient, name: str) -> None:
           "request": {"uid": "u", "object": []}}, "request.object"),
     ],
 )
-async def test_malformed_requests_get_400(client: TestClient, body: Any, needle: str) -> None:  # type: ignore[type-arg]
+async def test_malformed_requests_get_400(client: Client, body: Any, needle: str) -> None:
     status, text = await post(client, body)
     assert status == 400 and needle in text
 
 
-async def test_oversized_body_gets_413(client: TestClient) -> None:  # type: ignore[type-arg]
+async def test_oversized_body_gets_413(client: Client) -> None:
     status, text = await post(client, b"x" * (65 * 1024))
     assert status == 413 and "limit" in text
 
 
-async def test_health_ready_and_metrics(client: TestClient) -> None:  # type: ignore[type-arg]
+async def test_health_ready_and_metrics(client: Client) -> None:
     assert (await client.get("/healthz")).status == 200
     assert (await client.get("/readyz")).status == 200
     await post(client, fixture("job-pod.json"))
@@ -105,7 +138,7 @@ async def test_health_ready_and_metrics(client: TestClient) -> None:  # type: ig
 
 
 async def test_a_failing_review_is_refused_with_a_reason_never_a_5xx(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch  # type: ignore[type-arg]
+    client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(request: Any, policy: Any) -> Any:
         raise KeyError("bug")
@@ -155,7 +188,7 @@ def mutated_reviews(draw: st.DrawFn) -> Any:
     return doc
 
 
-async def _check_answer(client: TestClient, body: Any) -> None:  # type: ignore[type-arg]
+async def _check_answer(client: Client, body: Any) -> None:
     status, answer = await post(client, body)
     assert status in (200, 400), (status, answer)
     if status == 200:
@@ -170,21 +203,21 @@ async def _check_answer(client: TestClient, body: Any) -> None:  # type: ignore[
 @settings(max_examples=80, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=json_values)
-async def test_random_json_never_crashes(client: TestClient, body: Any) -> None:  # type: ignore[type-arg]
+async def test_random_json_never_crashes(client: Client, body: Any) -> None:
     await _check_answer(client, body)
 
 
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=mutated_reviews())
-async def test_mutated_real_reviews_never_crash(client: TestClient, body: Any) -> None:  # type: ignore[type-arg]
+async def test_mutated_real_reviews_never_crash(client: Client, body: Any) -> None:
     await _check_answer(client, body)
 
 
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raw=st.binary(max_size=300))
-async def test_random_bytes_never_crash(client: TestClient, raw: bytes) -> None:  # type: ignore[type-arg]
+async def test_random_bytes_never_crash(client: Client, raw: bytes) -> None:
     status, _ = await post(client, raw)
     assert status == 400
 
@@ -208,9 +241,9 @@ def _team_c_review() -> dict[str, Any]:
 
 
 async def test_policy_hot_reload_and_refusal_of_a_bad_version(
-    client: TestClient, policy_file: Path  # type: ignore[type-arg]
+    client: Client, policy_file: Path
 ) -> None:
-    state = client.app[webhook_module.STATE]
+    state = client.state
     first = state.policies.policy.generation
     _, body = await post(client, _team_c_review())
     assert "patch" not in body["response"]  # team-c is not managed yet
@@ -232,9 +265,9 @@ async def test_policy_hot_reload_and_refusal_of_a_bad_version(
 
 
 async def test_a_vanished_file_keeps_the_policy_and_is_reported_once(
-    client: TestClient, policy_file: Path  # type: ignore[type-arg]
+    client: Client, policy_file: Path
 ) -> None:
-    state = client.app[webhook_module.STATE]
+    state = client.state
     good = policy_file.read_text()
     first = state.policies.policy.generation
     policy_file.unlink()
@@ -247,23 +280,23 @@ async def test_a_vanished_file_keeps_the_policy_and_is_reported_once(
     assert state.policies.policy.generation == first
 
 
-async def test_configmap_symlink_swap_is_seen(aiohttp_client: Any, tmp_path: Path) -> None:
+async def test_configmap_symlink_swap_is_seen(tmp_path: Path) -> None:
     # The kubelet's layout: policy.yaml -> ..data/policy.yaml, ..data -> ..<timestamp>/
     mount = tmp_path / "mount"
     (mount / "..v1").mkdir(parents=True)
     shutil.copy(SAMPLE, mount / "..v1" / "policy.yaml")
     os.symlink("..v1", mount / "..data")
     os.symlink("..data/policy.yaml", mount / "policy.yaml")
-    state = new_state(WebhookConfig(policy=mount / "policy.yaml", cert_dir=None))
-    await aiohttp_client(build_app(state, policy_interval=0.05))
-    first = state.policies.policy.generation
+    async with serve(mount / "policy.yaml", policy_interval=0.05) as client:
+        state = client.state
+        first = state.policies.policy.generation
 
-    (mount / "..v2").mkdir()
-    (mount / "..v2" / "policy.yaml").write_text(_add_team_c(SAMPLE.read_text()))
-    os.symlink("..v2", mount / "..data_tmp")
-    os.replace(mount / "..data_tmp", mount / "..data")  # atomic swap, as the kubelet does
-    await _wait_for(lambda: state.policies.policy.generation != first)
-    assert state.policies.policy.tenant_for_namespace("team-c") is not None
+        (mount / "..v2").mkdir()
+        (mount / "..v2" / "policy.yaml").write_text(_add_team_c(SAMPLE.read_text()))
+        os.symlink("..v2", mount / "..data_tmp")
+        os.replace(mount / "..data_tmp", mount / "..data")  # atomic swap, as the kubelet does
+        await _wait_for(lambda: state.policies.policy.generation != first)
+        assert state.policies.policy.tenant_for_namespace("team-c") is not None
 
 
 async def test_shutdown_drains_a_review_in_flight(policy_file: Path) -> None:
@@ -292,8 +325,8 @@ async def test_shutdown_drains_a_review_in_flight(policy_file: Path) -> None:
         await asyncio.open_connection("127.0.0.1", server.port)
 
 
-async def test_readyz_reports_draining(client: TestClient) -> None:  # type: ignore[type-arg]
-    client.app[webhook_module.STATE].draining = True
+async def test_readyz_reports_draining(client: Client) -> None:
+    client.state.draining = True
     resp = await client.get("/readyz")
     assert resp.status == 503 and "draining" in await resp.text()
     status, _ = await post(client, fixture("job-pod.json"))
@@ -302,7 +335,7 @@ async def test_readyz_reports_draining(client: TestClient) -> None:  # type: ign
 
 @pytest.mark.slow
 async def test_a_burst_of_creates_is_answered_within_the_apiserver_timeout(
-    client: TestClient,  # type: ignore[type-arg]
+    client: Client,
 ) -> None:
     # A 10k-pod burst made Volcano's webhook time out; the apiserver gives Berth 5 s per call.
     # 600 reviews sent at once (over the client's 100 connections) must all be answered, each
@@ -320,3 +353,45 @@ async def test_a_burst_of_creates_is_answered_within_the_apiserver_timeout(
     results = await asyncio.gather(*(one() for _ in range(600)))
     assert {status for status, _ in results} == {200}
     assert max(seconds for _, seconds in results) < 5.0
+
+
+async def test_routing_answers_what_the_apiserver_and_probes_send(client: Client) -> None:
+    payload = fixture("job-pod.json")
+    # kube-apiserver appends its timeout to the webhook's path
+    resp = await client.post("/mutate-pods?timeout=10s", json=payload)
+    assert resp.status == 200 and (await resp.json())["response"]["allowed"] is True
+    resp = await client.get("/nowhere")
+    assert resp.status == 404 and "/mutate-pods" in await resp.text()
+    resp = await client.request("PUT", "/mutate-pods", json=payload)
+    assert resp.status == 405 and resp.headers["Allow"] == "POST"
+    resp = await client.post("/healthz")
+    assert resp.status == 405 and resp.headers["Allow"] == "GET, HEAD"
+    resp = await client.request("HEAD", "/readyz")
+    assert resp.status == 200 and await resp.read() == b""
+
+
+async def test_expect_100_continue_is_honoured(client: Client) -> None:
+    resp = await client.post("/mutate-pods", json=fixture("job-pod.json"), expect100=True)
+    assert resp.status == 200 and (await resp.json())["response"]["allowed"] is True
+
+
+async def test_a_chunked_body_over_the_limit_gets_413(client: Client) -> None:
+    async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: refused as it arrives
+        for _ in range(10):
+            yield b" " * (10 * 1024)
+
+    resp = await client.post("/mutate-pods", data=chunks())
+    assert resp.status == 413 and "limit" in await resp.text()
+    text = await (await client.get("/metrics")).text()
+    assert 'berth_webhook_bad_requests_total{code="413"} 1.0' in text
+
+
+async def test_a_chunked_review_under_the_limit_is_answered(client: Client) -> None:
+    body = json.dumps(fixture("job-pod.json")).encode()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for i in range(0, len(body), 300):
+            yield body[i:i + 300]
+
+    resp = await client.post("/mutate-pods", data=chunks())
+    assert resp.status == 200 and "patch" in (await resp.json())["response"]

@@ -85,3 +85,14 @@ def test_webhook_refuses_bad_arguments_in_one_line(
                  "--port", port]) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
+
+
+def test_webhook_explains_a_missing_uvloop_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if it were not installed
+    write_bundle(tmp_path / "certs", "127.0.0.1")
+    assert main(["webhook", "--policy", str(SAMPLE), "--cert-dir", str(tmp_path / "certs"),
+                 "--port", str(_free_port()), "--event-loop", "uvloop"]) == 2
+    err = capsys.readouterr().err
+    assert "--event-loop: uvloop cannot be imported" in err and "Traceback" not in err
