@@ -51,6 +51,7 @@ from ortools.linear_solver import pywraplp
 
 from solver.simulate.bound_pricing import NodeKind, PodClass, price
 from solver.simulate.bound_pricing_cpsat import fits, price_exact
+from solver.simulate.bound_rounding import NodeFill, packed_milli, round_down
 from solver.simulate.timed_scenario import TracePod
 from solver.trace import pod_request
 from solver.types import MILLI, Node, ProblemError
@@ -69,6 +70,10 @@ class PatternBound:
     rounds: int
     patterns: int
     seconds: float
+    #: A real packing read off the LP's solution (:mod:`solver.simulate.bound_rounding`):
+    #: the best allocation lies between ``packed_milli`` and ``bound_milli``.
+    packed_milli: int = 0
+    fills: tuple[NodeFill, ...] = ()
 
 
 def pod_classes(arrived: Sequence[TracePod]) -> list[PodClass]:
@@ -132,9 +137,11 @@ def pattern_bound(nodes: Sequence[Node], arrived: Sequence[TracePod], *,
             master.drop_unfit()
         elif exact_until is not None and (done or now >= exact_until):
             break
+    fills = round_down(kinds, classes, master.solution())
     return PatternBound(bound_milli=best, lp_milli=lp,
                         converged=best - lp <= tolerance * max(1.0, best), rounds=rounds,
-                        patterns=master.size, seconds=time.perf_counter() - start)
+                        patterns=master.size, seconds=time.perf_counter() - start,
+                        packed_milli=packed_milli(classes, fills), fills=tuple(fills))
 
 
 def _round(master: _Master, classes: Sequence[PodClass], kinds: Sequence[NodeKind],
@@ -220,6 +227,11 @@ class _Master:
                                                          for i, k in pattern.items())))
         self._objective.SetCoefficient(lam, float(sum(cs[i].demand_milli * k
                                                       for i, k in pattern.items())))
+
+    def solution(self) -> list[tuple[int, dict[int, int], float]]:
+        """The last solution's patterns in use: (kind, pattern, nodes)."""
+        return [(t, p, lam.solution_value()) for t, p, lam in self._columns
+                if lam.solution_value() > 1e-9]
 
     def solution_fits(self) -> bool:
         """Whether every pattern the last solution uses fits its node's real CPU and memory

@@ -1,0 +1,100 @@
+"""The other side of the pattern bound: a real packing read off the pattern LP's solution.
+
+The pattern LP's optimum bounds every policy from above. Rounding its solution down (each
+pattern on as many whole nodes as the LP gives it) and keeping only the patterns that really
+fit a node gives a packing of the arrived pods that a policy could have reached, so the best
+possible allocation lies between the two. When they are close, the bound is the limit itself
+and the distance from a policy to it is what the policy leaves on the table.
+
+A pattern really fits when its CPU and memory do and its GPUs can be laid out: whole-GPU pods
+on GPUs of their own, sharing pods first-fit by decreasing size on the rest (a layout the
+pattern's pricing guarantees exists may still be missed by first-fit; such a pattern is left
+out, which only lowers the packing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from solver.simulate.bound_pricing import NodeKind, PodClass
+from solver.simulate.bound_pricing_cpsat import fits
+from solver.types import MILLI
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFill:
+    """``copies`` nodes of kind ``kind`` (an index), filled alike: ``layout`` lists, per pod,
+    its class index and the GPU slots (0 .. gpus - 1 of the node) it takes."""
+
+    kind: int
+    copies: int
+    layout: tuple[tuple[int, tuple[int, ...]], ...]
+
+
+def layout(kind: NodeKind, classes: Sequence[PodClass], pattern: dict[int, int]
+           ) -> tuple[tuple[int, tuple[int, ...]], ...] | None:
+    """Pods of ``pattern`` on GPU slots of one node of ``kind``, or None if none is found."""
+    if not fits(kind, classes, pattern):
+        return None
+    out: list[tuple[int, tuple[int, ...]]] = []
+    slot = 0
+    for i, k in sorted(pattern.items()):
+        if classes[i].whole:
+            for _ in range(k):
+                n = classes[i].gpu_count
+                out.append((i, tuple(range(slot, slot + n))))
+                slot += n
+    if slot > kind.gpus:
+        return None
+    free = [MILLI] * (kind.gpus - slot)
+    shares = sorted(((i, classes[i].gpu_milli) for i, k in pattern.items()
+                     if not classes[i].whole for _ in range(k)), key=lambda s: -s[1])
+    for i, milli in shares:
+        s = next((s for s, left in enumerate(free) if left >= milli), None)
+        if s is None:
+            return None
+        free[s] -= milli
+        out.append((i, (slot + s,)))
+    return tuple(out)
+
+
+def round_down(kinds: Sequence[NodeKind], classes: Sequence[PodClass],
+               solution: Sequence[tuple[int, dict[int, int], float]]) -> list[NodeFill]:
+    """The LP's solution (kind, pattern, nodes) rounded down to whole nodes that really fit.
+    The LP's rows keep the result within the arrived pods and the nodes of each kind."""
+    fills = []
+    for t, pattern, value in solution:
+        copies = math.floor(value + 1e-9)
+        if copies <= 0:
+            continue
+        placed = layout(kinds[t], classes, pattern)
+        if placed is not None:
+            fills.append(NodeFill(t, copies, placed))
+    return _within_counts(kinds, classes, fills)
+
+
+def packed_milli(classes: Sequence[PodClass], fills: Sequence[NodeFill]) -> int:
+    return sum(f.copies * classes[i].demand_milli for f in fills for i, _ in f.layout)
+
+
+def _within_counts(kinds: Sequence[NodeKind], classes: Sequence[PodClass],
+                   fills: list[NodeFill]) -> list[NodeFill]:
+    """Guard against the LP's round-off: trim copies until no class or kind is overused."""
+    used = [0] * len(classes)
+    nodes = [0] * len(kinds)
+    out = []
+    for f in fills:
+        per = [0] * len(classes)
+        for i, _ in f.layout:
+            per[i] += 1
+        copies = min([f.copies, kinds[f.kind].count - nodes[f.kind]]
+                     + [(classes[i].count - used[i]) // n for i, n in enumerate(per) if n])
+        if copies <= 0:
+            continue
+        nodes[f.kind] += copies
+        for i, n in enumerate(per):
+            used[i] += n * copies
+        out.append(NodeFill(f.kind, copies, f.layout))
+    return out
