@@ -34,12 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="MutatingWebhookConfiguration that gets the CA (default berth)")
     parser.add_argument("--log-level", default="INFO",
                         choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    parser.add_argument("--event-loop", default="auto", choices=("auto", "uvloop", "asyncio"),
+                        help="auto (default): uvloop when installed, else asyncio's loop")
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
     import logging
 
+    from admission import event_loop
     from admission.certs import CertError
     from admission.cli import UsageError
     from admission.policy import PolicyError
@@ -62,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
                       self_signed_secret=args.self_signed_secret,
                       webhook_service=args.webhook_service, webhook_config=args.webhook_config)
     try:
-        asyncio.run(run_serve(cfg))
+        event_loop.run(run_serve(cfg), args.event_loop)
+    except event_loop.LoopUnavailable as exc:
+        raise UsageError(f"--event-loop: {exc}") from None
     except PolicyError as exc:
         raise UsageError(f"--policy: the policy is not valid:\n{exc}") from None
     except CertError as exc:
