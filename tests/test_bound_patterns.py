@@ -16,10 +16,9 @@ from ortools.sat.python import cp_model
 from solver.checker import check
 from solver.plan import GangPlacement, Plan, PodPlacement, SolveStats
 from solver.simulate.bound import allocation_bound_milli
-from solver.simulate.bound_patterns import node_kinds, pattern_bound, pod_classes
+from solver.simulate.bound_patterns import PatternBound, node_kinds, pattern_bound, pod_classes
 from solver.simulate.bound_pricing import NodeKind, price
 from solver.simulate.bound_pricing_cpsat import fits, price_exact
-from solver.simulate.bound_rounding import NodeFill
 from solver.simulate.timed_scenario import TracePod
 from solver.trace import pod_request
 from solver.types import GPU, MILLI, Gang, GpuShare, Node, ProblemError, Snapshot
@@ -84,32 +83,15 @@ def exact_packing_milli(nodes: tuple[Node, ...], pods: list[TracePod]) -> int:
     return value
 
 
-def checked_fills_milli(nodes: tuple[Node, ...], pods: list[TracePod], fills: tuple[NodeFill, ...]
-                        ) -> int:
-    """The rounded LP packing laid on real nodes and pods, accepted by the checker."""
-    kinds, classes = node_kinds(nodes), pod_classes(pods)
-    free_nodes = {t: [n for n in nodes if n.gpus and (frozenset(g.model for g in n.gpus),
-                                                      len(n.gpus), n.cpu_milli, n.memory_mib)
-                      == (k.models, k.gpus, k.cpu_milli, k.memory_mib)]
-                  for t, k in enumerate(kinds)}
-    free_pods = {i: [p for p in pods if p.num_gpu and (p.cpu_milli, p.memory_mib, p.num_gpu,
-                                                       p.gpu_milli, p.models)
-                     == (c.cpu_milli, c.memory_mib, c.gpu_count, c.gpu_milli, c.models)]
-                 for i, c in enumerate(classes)}
-    admitted = []
-    for f in fills:
-        for _ in range(f.copies):
-            node = free_nodes[f.kind].pop(0)
-            for i, slots in f.layout:
-                tp = free_pods[i].pop(0)
-                shares = tuple(GpuShare(node.gpus[s].index, tp.gpu_milli) for s in slots)
-                admitted.append(GangPlacement(tp.name, (PodPlacement(tp.name, node.name,
-                                                                     shares),)))
+def checked_packing_milli(nodes: tuple[Node, ...], pods: list[TracePod], bound: PatternBound
+                          ) -> int:
+    """The GPU demand of the bound's own real packing, after the checker has accepted it."""
+    assert bound.packing is not None
     gangs = tuple(Gang(tp.name, "trace", (pod_request(tp),)) for tp in pods)
-    plan = Plan(tuple(admitted), (), SolveStats("rounded", "LP", 0.0))
-    assert check(Snapshot(nodes=nodes, gangs=gangs), plan) == []
+    assert check(Snapshot(nodes=nodes, gangs=gangs), bound.packing) == []
     by_name = {tp.name: tp for tp in pods}
-    return sum(by_name[g.gang].num_gpu * by_name[g.gang].gpu_milli for g in admitted)
+    return sum(by_name[g.gang].num_gpu * by_name[g.gang].gpu_milli
+               for g in bound.packing.admitted)
 
 
 def test_per_node_cpu_keeps_a_pod_out() -> None:
@@ -129,7 +111,7 @@ def test_shares_pack_gpu_by_gpu() -> None:
     bound = pattern_bound(nodes, pods)
     assert abs(bound.bound_milli - 800) < EPS
     assert exact_packing_milli(nodes, pods) == 800
-    assert checked_fills_milli(nodes, pods, bound.fills) == bound.packed_milli == 800
+    assert checked_packing_milli(nodes, pods, bound) == bound.packed_milli == 800
 
 
 def test_cpu_beside_whole_gpus_counts_per_node() -> None:
@@ -210,8 +192,8 @@ def test_bound_is_never_below_an_exact_packing(case: tuple[tuple[Node, ...], lis
     assert bound.converged
     exact = exact_packing_milli(nodes, pods)
     assert bound.bound_milli >= exact - EPS
-    # the LP's solution rounded down is a real packing: never above the exact one
-    assert checked_fills_milli(nodes, pods, bound.fills) == bound.packed_milli <= exact
+    # the LP's solution rounded down and topped up is a real packing: never above the exact
+    assert checked_packing_milli(nodes, pods, bound) == bound.packed_milli <= exact
     # cut after its first round, column generation still gives a valid (looser) bound
     first = pattern_bound(nodes, pods, time_limit_s=0.0)
     assert first.rounds == 1

@@ -49,9 +49,10 @@ from dataclasses import dataclass
 
 from ortools.linear_solver import pywraplp
 
+from solver.plan import Plan
 from solver.simulate.bound_pricing import NodeKind, PodClass, price
 from solver.simulate.bound_pricing_cpsat import fits, price_exact
-from solver.simulate.bound_rounding import NodeFill, packed_milli, round_down
+from solver.simulate.bound_rounding import packing, round_down
 from solver.simulate.timed_scenario import TracePod
 from solver.trace import pod_request
 from solver.types import MILLI, Node, ProblemError
@@ -70,10 +71,11 @@ class PatternBound:
     rounds: int
     patterns: int
     seconds: float
-    #: A real packing read off the LP's solution (:mod:`solver.simulate.bound_rounding`):
-    #: the best allocation lies between ``packed_milli`` and ``bound_milli``.
+    #: A real packing read off the LP's solution and topped up by best fit
+    #: (:mod:`solver.simulate.bound_rounding`), each pod its own gang as in the replay: the
+    #: best allocation lies between ``packed_milli`` and ``bound_milli``.
     packed_milli: int = 0
-    fills: tuple[NodeFill, ...] = ()
+    packing: Plan | None = None
 
 
 def pod_classes(arrived: Sequence[TracePod]) -> list[PodClass]:
@@ -137,11 +139,12 @@ def pattern_bound(nodes: Sequence[Node], arrived: Sequence[TracePod], *,
             master.drop_unfit()
         elif exact_until is not None and (done or now >= exact_until):
             break
-    fills = round_down(kinds, classes, master.solution())
+    plan = packing(nodes, arrived, kinds, classes, round_down(kinds, classes, master.solution()))
+    demand = {p.name: p.num_gpu * p.gpu_milli for p in arrived}
     return PatternBound(bound_milli=best, lp_milli=lp,
                         converged=best - lp <= tolerance * max(1.0, best), rounds=rounds,
                         patterns=master.size, seconds=time.perf_counter() - start,
-                        packed_milli=packed_milli(classes, fills), fills=tuple(fills))
+                        packed_milli=sum(demand[g.gang] for g in plan.admitted), packing=plan)
 
 
 def _round(master: _Master, classes: Sequence[PodClass], kinds: Sequence[NodeKind],

@@ -1,10 +1,11 @@
 """The other side of the pattern bound: a real packing read off the pattern LP's solution.
 
 The pattern LP's optimum bounds every policy from above. Rounding its solution down (each
-pattern on as many whole nodes as the LP gives it) and keeping only the patterns that really
-fit a node gives a packing of the arrived pods that a policy could have reached, so the best
-possible allocation lies between the two. When they are close, the bound is the limit itself
-and the distance from a policy to it is what the policy leaves on the table.
+pattern on as many whole nodes as the LP gives it), keeping only the patterns that really fit
+a node, then placing the pods left over by best fit, largest first, gives a packing of the
+arrived pods that an offline placer reaches, so the best possible allocation lies between the
+two. When they are close, the bound is the limit itself and the distance from a policy to it
+is what the policy leaves on the table.
 
 A pattern really fits when its CPU and memory do and its GPUs can be laid out: whole-GPU pods
 on GPUs of their own, sharing pods first-fit by decreasing size on the rest (a layout the
@@ -18,9 +19,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from solver.baselines import ClusterArrays, GangPlacer
+from solver.plan import GangPlacement, Plan, PodPlacement, SolveStats
 from solver.simulate.bound_pricing import NodeKind, PodClass
 from solver.simulate.bound_pricing_cpsat import fits
-from solver.types import MILLI
+from solver.simulate.timed_scenario import TracePod
+from solver.trace import pod_request
+from solver.types import MILLI, Gang, GpuShare, Node, Snapshot
+
+TENANT = "trace"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +84,6 @@ def round_down(kinds: Sequence[NodeKind], classes: Sequence[PodClass],
     return _within_counts(kinds, classes, fills)
 
 
-def packed_milli(classes: Sequence[PodClass], fills: Sequence[NodeFill]) -> int:
-    return sum(f.copies * classes[i].demand_milli for f in fills for i, _ in f.layout)
-
-
 def _within_counts(kinds: Sequence[NodeKind], classes: Sequence[PodClass],
                    fills: list[NodeFill]) -> list[NodeFill]:
     """Guard against the LP's round-off: trim copies until no class or kind is overused."""
@@ -98,3 +103,51 @@ def _within_counts(kinds: Sequence[NodeKind], classes: Sequence[PodClass],
             used[i] += n * copies
         out.append(NodeFill(f.kind, copies, f.layout))
     return out
+
+
+def packing(nodes: Sequence[Node], arrived: Sequence[TracePod], kinds: Sequence[NodeKind],
+            classes: Sequence[PodClass], fills: Sequence[NodeFill]) -> Plan:
+    """The rounded fills laid on real nodes and pods, then the GPU pods left over placed by
+    best fit, largest first. Each pod is its own gang, named after it, as in the replay."""
+    state = ClusterArrays(Snapshot(nodes=tuple(nodes)))
+    rows = {t: [r for r, n in enumerate(state.nodes) if n.gpus and _kind_key(n) == _key(k)]
+            for t, k in enumerate(kinds)}
+    waiting = {i: [p for p in arrived if p.num_gpu and _class_key(p) == _ckey(c)]
+               for i, c in enumerate(classes)}
+    admitted: list[GangPlacement] = []
+    for f in fills:
+        for _ in range(f.copies):
+            row = rows[f.kind].pop(0)
+            node = state.nodes[row]
+            for i, slots in f.layout:
+                tp = waiting[i].pop(0)
+                state.apply(row, pod_request(tp), list(slots))
+                shares = tuple(GpuShare(node.gpus[s].index, tp.gpu_milli) for s in slots)
+                admitted.append(GangPlacement(tp.name, (PodPlacement(tp.name, node.name,
+                                                                     shares),)))
+    placer = GangPlacer(state, "bestfit", np.random.default_rng(0))
+    left = sorted((p for ps in waiting.values() for p in ps),
+                  key=lambda p: (-p.num_gpu * p.gpu_milli, -p.cpu_milli, p.name))
+    for tp in left:
+        got = placer.place(Gang(name=tp.name, tenant=TENANT, pods=(pod_request(tp),)))
+        if not isinstance(got, str):
+            admitted.append(got)
+    return Plan(admitted=tuple(admitted), deferred=(),
+                stats=SolveStats(solver="pattern-lp-rounded", status="GREEDY",
+                                 wall_seconds=0.0))
+
+
+def _kind_key(n: Node) -> tuple[frozenset[str], int, int, int]:
+    return (frozenset(g.model for g in n.gpus), len(n.gpus), n.cpu_milli, n.memory_mib)
+
+
+def _key(k: NodeKind) -> tuple[frozenset[str], int, int, int]:
+    return (k.models, k.gpus, k.cpu_milli, k.memory_mib)
+
+
+def _class_key(p: TracePod) -> tuple[int, int, int, int, frozenset[str]]:
+    return (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.models)
+
+
+def _ckey(c: PodClass) -> tuple[int, int, int, int, frozenset[str]]:
+    return (c.cpu_milli, c.memory_mib, c.gpu_count, c.gpu_milli, c.models)
