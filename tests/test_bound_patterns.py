@@ -235,6 +235,6 @@ def test_exact_pricing_keeps_the_bound_valid(case: tuple[tuple[Node, ...], list[
                                              ) -> None:
     nodes, pods = case
     relaxed = pattern_bound(nodes, pods)
-    exact = pattern_bound(nodes, pods, exact_time_s=20.0)
+    exact = pattern_bound(nodes, pods, exact_time_s=5.0)
     assert exact.bound_milli <= relaxed.bound_milli + EPS
     assert exact.bound_milli >= exact_packing_milli(nodes, pods) - EPS
