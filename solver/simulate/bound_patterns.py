@@ -100,7 +100,7 @@ def node_kinds(nodes: Sequence[Node]) -> list[NodeKind]:
 
 def pattern_bound(nodes: Sequence[Node], arrived: Sequence[TracePod], *,
                   time_limit_s: float = 60.0, exact_time_s: float = 0.0,
-                  tolerance: float = 1e-5) -> PatternBound:
+                  round_time_s: float = 10.0, tolerance: float = 1e-5) -> PatternBound:
     """An upper bound (milli-GPU) on the GPU demand of ``arrived`` that fits ``nodes`` at once.
 
     Column generation with the dynamic-programming pricing runs until the bound and the
@@ -108,9 +108,11 @@ def pattern_bound(nodes: Sequence[Node], arrived: Sequence[TracePod], *,
     ``time_limit_s`` passes (checked between rounds). Then, for up to ``exact_time_s`` more,
     the patterns that break a node's real CPU or memory are dropped and CP-SAT prices each
     node exactly (:mod:`solver.simulate.bound_pricing_cpsat`); this can only lower the bound.
+    Last, a real packing is read off the patterns (``round_time_s`` for CP-SAT to choose whole
+    nodes per pattern, see :mod:`solver.simulate.bound_rounding`).
     """
     for name, value in (("time_limit_s", time_limit_s), ("exact_time_s", exact_time_s),
-                        ("tolerance", tolerance)):
+                        ("round_time_s", round_time_s), ("tolerance", tolerance)):
         if not value >= 0:  # also refuses NaN
             raise ProblemError(name, f"must be >= 0, got {value}")
     start = time.perf_counter()
@@ -139,7 +141,8 @@ def pattern_bound(nodes: Sequence[Node], arrived: Sequence[TracePod], *,
             master.drop_unfit()
         elif exact_until is not None and (done or now >= exact_until):
             break
-    plan = packing(nodes, arrived, kinds, classes, round_down(kinds, classes, master.solution()))
+    fills = round_down(kinds, classes, master.solution(), time_limit_s=round_time_s)
+    plan = packing(nodes, arrived, kinds, classes, fills)
     demand = {p.name: p.num_gpu * p.gpu_milli for p in arrived}
     return PatternBound(bound_milli=best, lp_milli=lp,
                         converged=best - lp <= tolerance * max(1.0, best), rounds=rounds,
@@ -232,9 +235,8 @@ class _Master:
                                                       for i, k in pattern.items())))
 
     def solution(self) -> list[tuple[int, dict[int, int], float]]:
-        """The last solution's patterns in use: (kind, pattern, nodes)."""
-        return [(t, p, lam.solution_value()) for t, p, lam in self._columns
-                if lam.solution_value() > 1e-9]
+        """Every pattern with the nodes the last solution gives it: (kind, pattern, nodes)."""
+        return [(t, p, lam.solution_value()) for t, p, lam in self._columns]
 
     def solution_fits(self) -> bool:
         """Whether every pattern the last solution uses fits its node's real CPU and memory

@@ -1,11 +1,11 @@
 """The other side of the pattern bound: a real packing read off the pattern LP's solution.
 
-The pattern LP's optimum bounds every policy from above. Rounding its solution down (each
-pattern on as many whole nodes as the LP gives it), keeping only the patterns that really fit
-a node, then placing the pods left over by best fit, largest first, gives a packing of the
-arrived pods that an offline placer reaches, so the best possible allocation lies between the
-two. When they are close, the bound is the limit itself and the distance from a policy to it
-is what the policy leaves on the table.
+The pattern LP's optimum bounds every policy from above. Choosing whole nodes per pattern
+among the patterns it generated (its solution rounded down, improved by CP-SAT for a few
+seconds), keeping only the patterns that really fit a node, then placing the pods left over by
+best fit, largest first, gives a packing of the arrived pods that an offline placer reaches, so
+the best possible allocation lies between the two. When they are close, the bound is the limit
+itself and the distance from a policy to it is what the policy leaves on the table.
 
 A pattern really fits when its CPU and memory do and its GPUs can be laid out: whole-GPU pods
 on GPUs of their own, sharing pods first-fit by decreasing size on the rest (a layout the
@@ -16,10 +16,12 @@ out, which only lowers the packing).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from ortools.sat.python import cp_model
 
 from solver.baselines import ClusterArrays, GangPlacer
 from solver.plan import GangPlacement, Plan, PodPlacement, SolveStats
@@ -70,18 +72,47 @@ def layout(kind: NodeKind, classes: Sequence[PodClass], pattern: dict[int, int]
 
 
 def round_down(kinds: Sequence[NodeKind], classes: Sequence[PodClass],
-               solution: Sequence[tuple[int, dict[int, int], float]]) -> list[NodeFill]:
-    """The LP's solution (kind, pattern, nodes) rounded down to whole nodes that really fit.
-    The LP's rows keep the result within the arrived pods and the nodes of each kind."""
-    fills = []
-    for t, pattern, value in solution:
-        copies = math.floor(value + 1e-9)
-        if copies <= 0:
-            continue
-        placed = layout(kinds[t], classes, pattern)
-        if placed is not None:
-            fills.append(NodeFill(t, copies, placed))
+               columns: Sequence[tuple[int, dict[int, int], float]], *,
+               time_limit_s: float = 0.0) -> list[NodeFill]:
+    """Whole nodes per pattern from the LP's patterns (kind, pattern, LP value), keeping only
+    patterns that really fit. First each pattern's LP value rounded down; then, given
+    ``time_limit_s``, CP-SAT looks for a better integer choice among all the patterns (the
+    rounded one as its hint), within the arrived pods and the nodes of each kind."""
+    usable = [(t, placed, value) for t, pattern, value in columns
+              if (placed := layout(kinds[t], classes, pattern)) is not None]
+    floor = [math.floor(value + 1e-9) for _, _, value in usable]
+    copies = _best_integer(kinds, classes, usable, floor, time_limit_s) if time_limit_s > 0 \
+        else floor
+    fills = [NodeFill(t, n, placed) for (t, placed, _), n in zip(usable, copies, strict=True)
+             if n > 0]
     return _within_counts(kinds, classes, fills)
+
+
+def _best_integer(kinds: Sequence[NodeKind], classes: Sequence[PodClass],
+                  usable: Sequence[tuple[int, tuple[tuple[int, tuple[int, ...]], ...], float]],
+                  hint: Sequence[int], time_limit_s: float) -> list[int]:
+    """The most GPU demand by whole nodes per pattern (the pattern LP with integers)."""
+    model = cp_model.CpModel()
+    # y[j]: nodes that take pattern j
+    y = [model.new_int_var(0, kinds[t].count, f"y{j}") for j, (t, _, _) in enumerate(usable)]
+    for t, kind in enumerate(kinds):
+        model.add(sum(y[j] for j, (tt, _, _) in enumerate(usable) if tt == t) <= kind.count)
+    uses: dict[int, list[tuple[int, int]]] = {}
+    for j, (_, placed, _) in enumerate(usable):
+        for i, n in Counter(i for i, _ in placed).items():
+            uses.setdefault(i, []).append((j, n))
+    for i, terms in uses.items():
+        model.add(sum(n * y[j] for j, n in terms) <= classes[i].count)
+    model.maximize(sum(classes[i].demand_milli * y[j] for j, (_, placed, _) in enumerate(usable)
+                       for i, _ in placed))
+    for var, h in zip(y, hint, strict=True):
+        model.add_hint(var, h)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = 1
+    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return list(hint)
+    return [int(solver.value(v)) for v in y]
 
 
 def _within_counts(kinds: Sequence[NodeKind], classes: Sequence[PodClass],
