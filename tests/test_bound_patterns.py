@@ -15,7 +15,7 @@ from ortools.sat.python import cp_model
 
 from solver.checker import check
 from solver.plan import GangPlacement, Plan, PodPlacement, SolveStats
-from solver.simulate.bound import allocation_bound_milli
+from solver.simulate.bound import allocation_bound_milli, upper_bound_milli
 from solver.simulate.bound_patterns import PatternBound, node_kinds, pattern_bound, pod_classes
 from solver.simulate.bound_pricing import NodeKind, price
 from solver.simulate.bound_pricing_cpsat import fits, price_exact
@@ -152,6 +152,16 @@ def test_exact_pricing_holds_memory_per_node() -> None:
     assert exact.converged
     assert abs(exact.bound_milli - 500) < 1e-3
     assert exact_packing_milli(nodes, pods) == 500
+
+
+def test_upper_bound_is_the_smaller_of_the_two() -> None:
+    nodes = cluster((1, 16000, 8000, "T4"), (2, 4000, 8000, "T4"))
+    pods = [pod(f"s{i}", 1, 400) for i in range(3)] + [pod("w", 2, MILLI, cpu=6000)]
+    pattern = pattern_bound(nodes, pods, pack=False)
+    assert pattern.packing is None and pattern.packed_milli == 0
+    both = upper_bound_milli(nodes, pods)
+    assert both == min(pattern.bound_milli, allocation_bound_milli(nodes, pods))
+    assert both >= exact_packing_milli(nodes, pods) - EPS
 
 
 def test_bad_limits_name_the_parameter() -> None:

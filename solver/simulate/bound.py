@@ -92,4 +92,5 @@ def upper_bound_milli(nodes: Sequence[Node], arrived: Sequence[TracePod], *,
     """The tightest offline bound (milli-GPU) on what any policy can have allocated of
     ``arrived`` on ``nodes``: both bounds are valid, so the smaller one is."""
     pooled = allocation_bound_milli(nodes, arrived)
-    return min(pooled, pattern_bound(nodes, arrived, time_limit_s=time_limit_s).bound_milli)
+    pattern = pattern_bound(nodes, arrived, time_limit_s=time_limit_s, pack=False)
+    return min(pooled, pattern.bound_milli)

@@ -100,7 +100,8 @@ def node_kinds(nodes: Sequence[Node]) -> list[NodeKind]:
 
 def pattern_bound(nodes: Sequence[Node], arrived: Sequence[TracePod], *,
                   time_limit_s: float = 60.0, exact_time_s: float = 0.0,
-                  round_time_s: float = 10.0, tolerance: float = 1e-5) -> PatternBound:
+                  round_time_s: float = 10.0, pack: bool = True,
+                  tolerance: float = 1e-5) -> PatternBound:
     """An upper bound (milli-GPU) on the GPU demand of ``arrived`` that fits ``nodes`` at once.
 
     Column generation with the dynamic-programming pricing runs until the bound and the
@@ -108,8 +109,8 @@ def pattern_bound(nodes: Sequence[Node], arrived: Sequence[TracePod], *,
     ``time_limit_s`` passes (checked between rounds). Then, for up to ``exact_time_s`` more,
     the patterns that break a node's real CPU or memory are dropped and CP-SAT prices each
     node exactly (:mod:`solver.simulate.bound_pricing_cpsat`); this can only lower the bound.
-    Last, a real packing is read off the patterns (``round_time_s`` for CP-SAT to choose whole
-    nodes per pattern, see :mod:`solver.simulate.bound_rounding`).
+    Last, unless ``pack`` is false, a real packing is read off the patterns (``round_time_s``
+    for CP-SAT to choose whole nodes per pattern, see :mod:`solver.simulate.bound_rounding`).
     """
     for name, value in (("time_limit_s", time_limit_s), ("exact_time_s", exact_time_s),
                         ("round_time_s", round_time_s), ("tolerance", tolerance)):
@@ -141,13 +142,17 @@ def pattern_bound(nodes: Sequence[Node], arrived: Sequence[TracePod], *,
             master.drop_unfit()
         elif exact_until is not None and (done or now >= exact_until):
             break
-    fills = round_down(kinds, classes, master.solution(), time_limit_s=round_time_s)
-    plan = packing(nodes, arrived, kinds, classes, fills)
-    demand = {p.name: p.num_gpu * p.gpu_milli for p in arrived}
+    plan = None
+    packed = 0
+    if pack:
+        fills = round_down(kinds, classes, master.solution(), time_limit_s=round_time_s)
+        plan = packing(nodes, arrived, kinds, classes, fills)
+        demand = {p.name: p.num_gpu * p.gpu_milli for p in arrived}
+        packed = sum(demand[g.gang] for g in plan.admitted)
     return PatternBound(bound_milli=best, lp_milli=lp,
                         converged=best - lp <= tolerance * max(1.0, best), rounds=rounds,
                         patterns=master.size, seconds=time.perf_counter() - start,
-                        packed_milli=sum(demand[g.gang] for g in plan.admitted), packing=plan)
+                        packed_milli=packed, packing=plan)
 
 
 def _round(master: _Master, classes: Sequence[PodClass], kinds: Sequence[NodeKind],
