@@ -7,7 +7,8 @@
 3. Only when every pod carries the plan id does each pod get one guarded update that pins it to
    its node and removes Berth's gate. A crash half-way leaves the rest of the gang gated *with*
    the plan on every pod; the next cycle (of this or another replica) sees that the gang is
-   "finishing" and completes it without solving again.
+   "finishing" and completes it without solving again. A gang of one pod gets steps 2 and 3
+   in one patch, which the API server applies whole or not at all.
 
 Every step is idempotent: patches are computed from the pod as it is and are empty when there is
 nothing left to do. Each object the API server returns is recorded in the inventory at once, so
