@@ -43,6 +43,7 @@ POLICY = REPO / "config" / "policy" / "sample-policy.yaml"
 REFERENCE = 9900
 TARGET_RATE = 2000  # reviews/s at which the p99 target is set
 MICRO_SECTION = "## review() alone"  # bench/review_micro.py's section of the results file
+INSTRUCTIONS_SECTION = "## Instructions per review"  # bench/webhook_instructions.py's
 
 # Pace requests on a fixed schedule per wrk thread (wrk2's idea; not coordinated-omission
 # corrected: latency is measured from the actual send). ffi gives a monotonic clock in ms.
@@ -318,9 +319,11 @@ def main() -> int:
     print(report)
     if args.write:
         out = REPO / "bench" / "webhook_load.md"
-        # Keep the section bench/review_micro.py's results live in (measured separately).
+        # Keep the sections of bench/review_micro.py and bench/webhook_instructions.py
+        # (measured separately), from the first of them on.
         old = out.read_text() if out.exists() else ""
-        kept = old[old.index(MICRO_SECTION):] if MICRO_SECTION in old else ""
+        starts = [old.index(s) for s in (MICRO_SECTION, INSTRUCTIONS_SECTION) if s in old]
+        kept = old[min(starts):] if starts else ""
         out.write_text(report.rstrip("\n") + "\n\n" + kept if kept else report)
     return 0
 

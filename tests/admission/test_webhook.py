@@ -5,6 +5,7 @@ reload and graceful drain."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -395,3 +396,29 @@ async def test_a_chunked_review_under_the_limit_is_answered(client: Client) -> N
 
     resp = await client.post("/mutate-pods", data=chunks())
     assert resp.status == 200 and "patch" in (await resp.json())["response"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    version=st.sampled_from(["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]),
+    uid=st.text(max_size=40),
+    patch=st.none() | st.binary(max_size=3000),
+    warnings=st.none() | st.lists(st.text(max_size=30), max_size=3),
+    denied=st.booleans(),
+)
+def test_the_spliced_answer_is_the_json_of_the_response(
+    version: str, uid: str, patch: bytes | None, warnings: list[str] | None, denied: bool
+) -> None:
+    response: dict[str, Any] = {"uid": uid, "allowed": not denied}
+    if denied:
+        response["status"] = {"code": 403, "reason": "Forbidden", "message": "Berth: \"x\"\n"}
+    if patch is not None:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(patch).decode("ascii")
+    if warnings is not None:
+        response["warnings"] = warnings
+    before = dict(response)
+    answer = webhook_module.encode_answer(version, response)  # type: ignore[arg-type]
+    assert json.loads(answer) == {"apiVersion": version, "kind": "AdmissionReview",
+                                  "response": before}
+    assert response == before  # given back as it was
