@@ -141,10 +141,16 @@ def packing(nodes: Sequence[Node], arrived: Sequence[TracePod], kinds: Sequence[
     """The rounded fills laid on real nodes and pods, then the GPU pods left over placed by
     best fit, largest first. Each pod is its own gang, named after it, as in the replay."""
     state = ClusterArrays(Snapshot(nodes=tuple(nodes)))
-    rows = {t: [r for r, n in enumerate(state.nodes) if n.gpus and _kind_key(n) == _key(k)]
-            for t, k in enumerate(kinds)}
-    waiting = {i: [p for p in arrived if p.num_gpu and _class_key(p) == _ckey(c)]
-               for i, c in enumerate(classes)}
+    by_kind: dict[tuple[frozenset[str], int, int, int], list[int]] = {}
+    for r, n in enumerate(state.nodes):
+        if n.gpus:
+            by_kind.setdefault(_kind_key(n), []).append(r)
+    by_class: dict[tuple[int, int, int, int, frozenset[str]], list[TracePod]] = {}
+    for p in arrived:
+        if p.num_gpu:
+            by_class.setdefault(_class_key(p), []).append(p)
+    rows = {t: by_kind.get(_key(k), []) for t, k in enumerate(kinds)}
+    waiting = {i: by_class.get(_ckey(c), []) for i, c in enumerate(classes)}
     admitted: list[GangPlacement] = []
     for f in fills:
         for _ in range(f.copies):
