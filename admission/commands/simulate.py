@@ -33,7 +33,7 @@ HELP = ("Replay a cluster and a pod list through a placement policy (the FGD pap
 POLICIES = ("cpsat", "fgd", "bestfit", "firstfit", "random")
 DEFAULT_SEEDS = "42,43,44,45,46,47,48,49,50,51"
 #: Default batch window (arrivals) for policies that are not greedy.
-DEFAULT_BATCH_WINDOW = 64
+DEFAULT_BATCH_WINDOW = 128
 
 
 def _timed_module() -> ModuleType | None:
