@@ -10,12 +10,12 @@ dumped. Kernel work (system calls, the TCP stack) is not counted and instruction
 equally fast, so read it beside the load benchmark's CPU times, not instead of them.
 
 The servers are those of bench/webhook_load.py (the bare aiohttp TLS handler on asyncio's loop
-and on uvloop, ``berth webhook`` on uvloop and on asyncio's loop), plus, with ``--before DIR``,
-``berth webhook`` from an older copy of the code (``git archive COMMIT admission | tar -x -C
-DIR``) on asyncio's loop. ``--write`` puts the table into bench/webhook_load.md under
+and on uvloop, ``berth webhook`` on uvloop and on asyncio's loop), plus, with ``--before
+COMMIT``, ``berth webhook`` as it was at that commit (its ``admission/`` taken with ``git
+archive``), on asyncio's loop. ``--write`` puts the table into bench/webhook_load.md under
 "## Instructions per review" (webhook_load.py --write keeps that section).
 
-    python3 bench/webhook_instructions.py [--before DIR] [--seconds 15] [--write]
+    python3 bench/webhook_instructions.py [--before COMMIT] [--seconds 15] [--write]
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ NAMES = {
     "bare-uvloop": "bare aiohttp TLS handler, uvloop",
     "berth": "`berth webhook` (uvloop)",
     "berth-asyncio": "`berth webhook --event-loop asyncio`",
-    "berth-before": "`berth webhook` at --before (asyncio loop)",
+    "berth-before": "`berth webhook` at --before, asyncio loop (its only one)",
 }
 
 
@@ -65,6 +65,18 @@ def command(kind: str, port: int, certs: Path) -> list[str]:
     if kind == "berth-asyncio":
         cmd += ["--event-loop", "asyncio"]
     return cmd
+
+
+def checkout(commit: str, into: Path) -> Path:
+    """``admission/`` as it was at ``commit``, extracted into ``into``."""
+    into.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "admission"],
+                             capture_output=True, check=False)
+    if archive.returncode != 0:
+        raise SystemExit(f"--before {commit}: git archive failed: "
+                         f"{archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
 
 
 def total_instructions(dump: Path) -> int:
@@ -110,7 +122,8 @@ def measure(kind: str, code: Path, tmp: Path, seconds: int, args: argparse.Names
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", type=Path, help="a directory holding an older admission/")
+    ap.add_argument("--before", metavar="COMMIT",
+                    help="also measure `berth webhook` as it was at this git commit")
     ap.add_argument("--servers", default="bare,bare-uvloop,berth,berth-asyncio",
                     help="comma-separated (default: %(default)s)")
     ap.add_argument("--seconds", type=int, default=15, help="length of the counted wrk run")
@@ -132,15 +145,12 @@ def main() -> int:
         raise SystemExit(f"--servers: unknown {unknown}; choose from bare, bare-uvloop, "
                          "berth, berth-asyncio")
     codes = dict.fromkeys(kinds, REPO)
-    if args.before is not None:
-        if not (args.before / "admission" / "webhook.py").is_file():
-            raise SystemExit(f"--before {args.before}: no admission/webhook.py there; create "
-                             f"it with: git archive COMMIT admission | tar -x -C {args.before}")
-        codes["berth-before"] = args.before.resolve()
     started = conditions()
     rows = []
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
+        if args.before is not None:
+            codes["berth-before"] = checkout(args.before, tmp / "before")
         from admission.certs import write_bundle
 
         write_bundle(tmp / "certs", "127.0.0.1")
@@ -187,7 +197,8 @@ def render(rows: list[tuple[str, float, int]], args: argparse.Namespace, started
     ]
     for kind, value, requests in rows:
         ratio = f"{value / base['bare']:.2f}" if "bare" in base else ""
-        lines.append(f"| {NAMES[kind]} | {value / 1e3:.0f} | {ratio} | {requests} |")
+        name = NAMES[kind].replace("--before", str(args.before))
+        lines.append(f"| {name} | {value / 1e3:.0f} | {ratio} | {requests} |")
     lines.append("")
     return "\n".join(lines)
 
