@@ -56,7 +56,7 @@ from solver.simulate.bound_pricing_cpsat import fits, price_exact
 from solver.simulate.bound_rounding import packing, round_down
 from solver.simulate.timed_scenario import TracePod
 from solver.trace import pod_request
-from solver.types import MILLI, Node, ProblemError
+from solver.types import Node, ProblemError
 
 #: Seconds for one exact (CP-SAT) pricing call.
 EXACT_CALL_S = 2.0
@@ -124,7 +124,7 @@ def pattern_bound(nodes: Sequence[Node], arrived: Sequence[TracePod], *,
     for t, kind in enumerate(kinds):  # a first pattern per class: as many as fit alone
         for i, c in enumerate(classes):
             if kind.admits(c):
-                master.add(t, {i: _alone(kind, c)})
+                master.add(t, {i: kind.most(c)})  # at least one: it admits them
     best = float(sum(c.demand_milli * c.count for c in classes))
     rounds = 0
     lp = 0.0
@@ -267,16 +267,6 @@ class _Master:
 
         return self._objective.Value(), _Duals(prices(self._pods), prices(self._nodes),
                                                prices(self._cpu), prices(self._memory))
-
-
-def _alone(kind: NodeKind, c: PodClass) -> int:
-    """How many pods of ``c`` fit one empty node of ``kind`` (at least one: it admits them)."""
-    n = (kind.gpus // c.gpu_count) * (1 if c.whole else MILLI // c.gpu_milli)
-    if c.cpu_milli:
-        n = min(n, kind.cpu_milli // c.cpu_milli)
-    if c.memory_mib:
-        n = min(n, kind.memory_mib // c.memory_mib)
-    return n
 
 
 def _class_order(item: tuple[tuple[int, int, int, int, frozenset[str]], int]

@@ -72,6 +72,15 @@ class NodeKind:
     memory_mib: int
     count: int
 
+    def most(self, c: PodClass) -> int:
+        """How many pods of ``c`` fit one empty node of this kind (GPUs, CPU, memory)."""
+        n = (self.gpus // c.gpu_count) * (1 if c.whole else MILLI // c.gpu_milli)
+        if c.cpu_milli:
+            n = min(n, self.cpu_milli // c.cpu_milli)
+        if c.memory_mib:
+            n = min(n, self.memory_mib // c.memory_mib)
+        return n
+
     def admits(self, c: PodClass) -> bool:
         """Whether pods of ``c`` can run on this kind of node at all (when it is empty)."""
         return (c.gpu_count <= self.gpus and c.cpu_milli <= self.cpu_milli

@@ -47,7 +47,7 @@ def price_exact(kind: NodeKind, classes: Sequence[PodClass], profits: Sequence[f
     gain = {i: math.floor(profits[i] * SCALE) + 1 for i in cand}
     model = cp_model.CpModel()
     # x[i]: pods of class i on the node
-    x = {i: model.new_int_var(0, _most(kind, classes[i]), f"x{i}") for i in cand}
+    x = {i: model.new_int_var(0, kind.most(classes[i]), f"x{i}") for i in cand}
     model.add(sum(classes[i].cpu_milli * x[i] for i in cand) <= kind.cpu_milli)
     model.add(sum(classes[i].memory_mib * x[i] for i in cand) <= kind.memory_mib)
     whole = [i for i in cand if classes[i].whole]
@@ -89,10 +89,3 @@ def fits(kind: NodeKind, classes: Sequence[PodClass], pattern: Mapping[int, int]
             and sum(classes[i].memory_mib * k for i, k in pattern.items()) <= kind.memory_mib)
 
 
-def _most(kind: NodeKind, c: PodClass) -> int:
-    n = (kind.gpus // c.gpu_count) * (1 if c.whole else MILLI // c.gpu_milli)
-    if c.cpu_milli:
-        n = min(n, kind.cpu_milli // c.cpu_milli)
-    if c.memory_mib:
-        n = min(n, kind.memory_mib // c.memory_mib)
-    return n
