@@ -32,6 +32,9 @@ KUEUE_NAMESPACE = "kueue-system"
 _GROUPS = {"", "batch", "kueue.x-k8s.io"}
 
 
+#: The API group/version of Kueue's queue objects.
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
+
 def _resource(api: client.ApiClient, api_version: str, kind: str) -> Any:
     return dynamic.DynamicClient(api).resources.get(api_version=api_version, kind=kind)
 
@@ -173,3 +176,34 @@ def kueue_manager(cluster: E2ECluster, workdir: Path, namespace: str | Sequence[
             else:
                 adm.delete_validating_webhook_configuration(name)
         processes.stop(record, proc)
+
+
+@contextmanager
+def gpu_queues(cluster: E2ECluster, namespace: str, queue: str, gpus: int) -> Iterator[None]:
+    """A ResourceFlavor, a ClusterQueue with ``gpus`` GPUs (and room in CPU and memory) and the
+    LocalQueue ``queue`` in ``namespace`` pointing at it, for the block; removed afterwards.
+    Names carry the namespace's suffix so tests side by side do not collide."""
+    dyn = dynamic.DynamicClient(cluster.api)  # after Kueue's CRDs are installed
+    flavors = dyn.resources.get(api_version=KUEUE_API, kind="ResourceFlavor")
+    cqs = dyn.resources.get(api_version=KUEUE_API, kind="ClusterQueue")
+    lqs = dyn.resources.get(api_version=KUEUE_API, kind="LocalQueue")
+    suffix = namespace[-5:]
+    flavor, cq = f"gpu-{suffix}", f"cq-{suffix}"
+    flavors.create(body={"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
+                         "metadata": {"name": flavor}})
+    cqs.create(body={"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": cq},
+                     "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                         "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                         "flavors": [{"name": flavor, "resources": [
+                             {"name": "cpu", "nominalQuota": "100"},
+                             {"name": "memory", "nominalQuota": "100Gi"},
+                             {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)}]}]}]}})
+    lqs.create(namespace=namespace, body={"apiVersion": KUEUE_API, "kind": "LocalQueue",
+                                          "metadata": {"name": queue},
+                                          "spec": {"clusterQueue": cq}})
+    try:
+        yield
+    finally:
+        lqs.delete(name=queue, namespace=namespace)
+        cqs.delete(name=cq)
+        flavors.delete(name=flavor)

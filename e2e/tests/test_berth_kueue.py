@@ -31,7 +31,7 @@ from admission.devcluster.processes import ProcessRecord
 from e2e.berth import BerthWebhook, berth_serve_as_deployed
 from e2e.conftest import E2ECluster
 from e2e.helpers import eventually, pod_manifest
-from e2e.kueue import kueue_manager
+from e2e.kueue import gpu_queues, kueue_manager
 
 pytestmark = [
     pytest.mark.e2e,
@@ -67,33 +67,12 @@ def _kueue_backend(doc: dict[str, Any]) -> None:
 def kueue(cluster: E2ECluster, tenant_namespaces: dict[str, str],
           tmp_path: Path) -> Iterator[ProcessRecord]:
     ns = tenant_namespaces["team-a"]
-    suffix = ns[-5:]
-    flavor, cq = f"gpu-{suffix}", f"cq-{suffix}"
-    with kueue_manager(cluster, tmp_path / "kueue", ns, frameworks=("pod",)) as record:
-        dyn = dynamic.DynamicClient(cluster.api)  # after Kueue's CRDs are installed
-        flavors = dyn.resources.get(api_version=V1B1, kind="ResourceFlavor")
-        cqs = dyn.resources.get(api_version=V1B1, kind="ClusterQueue")
-        lqs = dyn.resources.get(api_version=V1B1, kind="LocalQueue")
-        flavors.create(body={"apiVersion": V1B1, "kind": "ResourceFlavor",
-                             "metadata": {"name": flavor}})
-        cqs.create(body={"apiVersion": V1B1, "kind": "ClusterQueue", "metadata": {"name": cq},
-                         "spec": {"namespaceSelector": {}, "resourceGroups": [{
-                             "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                             "flavors": [{"name": flavor, "resources": [
-                                 {"name": "cpu", "nominalQuota": "100"},
-                                 {"name": "memory", "nominalQuota": "100Gi"},
-                                 {"name": "nvidia.com/gpu",
-                                  "nominalQuota": str(KUEUE_GPUS)}]}]}]}})
-        lqs.create(namespace=ns, body={"apiVersion": V1B1, "kind": "LocalQueue",
-                                       "metadata": {"name": QUEUE},
-                                       "spec": {"clusterQueue": cq}})
+    with kueue_manager(cluster, tmp_path / "kueue", ns, frameworks=("pod",)) as record, \
+            gpu_queues(cluster, ns, QUEUE, KUEUE_GPUS):
         try:
             yield record
         finally:
             _delete_pods_while_kueue_runs(cluster, ns)
-            lqs.delete(name=QUEUE, namespace=ns)
-            cqs.delete(name=cq)
-            flavors.delete(name=flavor)
 
 
 def _delete_pods_while_kueue_runs(cluster: E2ECluster, ns: str) -> None:

@@ -15,7 +15,7 @@ from kubernetes import client, dynamic
 from admission.devcluster.processes import ProcessRecord
 from e2e.conftest import E2ECluster
 from e2e.helpers import eventually, pod_manifest
-from e2e.kueue import kueue_manager
+from e2e.kueue import gpu_queues, kueue_manager
 
 pytestmark = [
     pytest.mark.e2e,
@@ -49,24 +49,13 @@ def test_jobs_flow_through_local_and_cluster_queues_within_quota(
     cluster: E2ECluster, namespace: str, kueue: ProcessRecord
 ) -> None:
     dyn = dynamic.DynamicClient(cluster.api)
-    flavors = dyn.resources.get(api_version=V1B1, kind="ResourceFlavor")
-    cqs = dyn.resources.get(api_version=V1B1, kind="ClusterQueue")
-    lqs = dyn.resources.get(api_version=V1B1, kind="LocalQueue")
-    suffix = namespace[-5:]
-    flavor, cq = f"gpu-{suffix}", f"cq-{suffix}"
-    flavors.create(body={"apiVersion": V1B1, "kind": "ResourceFlavor",
-                         "metadata": {"name": flavor}})
-    cqs.create(body={"apiVersion": V1B1, "kind": "ClusterQueue", "metadata": {"name": cq},
-                     "spec": {"namespaceSelector": {}, "resourceGroups": [{
-                         "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                         "flavors": [{"name": flavor, "resources": [
-                             {"name": "cpu", "nominalQuota": "100"},
-                             {"name": "memory", "nominalQuota": "100Gi"},
-                             {"name": "nvidia.com/gpu", "nominalQuota": "16"}]}]}]}})
-    lqs.create(namespace=namespace, body={"apiVersion": V1B1, "kind": "LocalQueue",
-                                          "metadata": {"name": "lq"},
-                                          "spec": {"clusterQueue": cq}})
     batch = client.BatchV1Api(cluster.api)
+    with gpu_queues(cluster, namespace, "lq", 16):
+        _jobs_flow(cluster, namespace, kueue, dyn, batch)
+
+
+def _jobs_flow(cluster: E2ECluster, namespace: str, kueue: ProcessRecord,
+               dyn: dynamic.DynamicClient, batch: client.BatchV1Api) -> None:
     try:
         # Kueue's webhook suspends the Job at creation; Kueue admits it and resumes it.
         made = batch.create_namespaced_job(namespace, _job("fits", "lq", pods=2, gpus=8))
@@ -92,6 +81,3 @@ def test_jobs_flow_through_local_and_cluster_queues_within_quota(
         raise AssertionError(f"{exc}\n--- kueue log:\n{_log(kueue)}") from None
     finally:
         batch.delete_collection_namespaced_job(namespace, propagation_policy="Background")
-        lqs.delete(name="lq", namespace=namespace)
-        cqs.delete(name=cq)
-        flavors.delete(name=flavor)
