@@ -96,16 +96,8 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
     return out
 
 
-def _condition(pod: Obj) -> Obj | None:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == keys.CONDITION_WAITING:
-            found: Obj = cond
-            return found
-    return None
-
-
 def needs_update(pod: Obj, why: Why) -> bool:
-    cond = _condition(pod)
+    cond = tr.pod_condition(pod, keys.CONDITION_WAITING)
     status = "True" if why.waiting else "False"
     return cond is None or (cond.get("status"), cond.get("reason"), cond.get("message")) != (
         status, why.reason, why.message)

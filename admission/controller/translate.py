@@ -75,13 +75,30 @@ def is_finished(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def created_at(obj: Obj) -> datetime | None:
-    ts = meta(obj).get("creationTimestamp")
+def parse_time(ts: object) -> datetime | None:
+    """An API timestamp ("2026-11-29T18:00:00Z" or a datetime) as an aware datetime; None when
+    absent or unreadable."""
     if not ts:
         return None
     if isinstance(ts, datetime):
         return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
-    return datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+    try:
+        return datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def created_at(obj: Obj) -> datetime | None:
+    return parse_time(meta(obj).get("creationTimestamp"))
+
+
+def pod_condition(pod: Obj, kind: str) -> Obj | None:
+    """The pod's status condition of type ``kind``, if it has one."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            found: Obj = cond
+            return found
+    return None
 
 
 def _int_annotation(pod: Obj, key: str, default: int) -> int:

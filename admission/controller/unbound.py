@@ -29,27 +29,10 @@ BOUND = "Bound"
 SILENT_GRACES = 10
 
 
-def _time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _condition(pod: Obj, kind: str) -> Obj | None:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            found: Obj = cond
-            return found
-    return None
-
-
 def scheduler_says(pod: Obj) -> str | None:
     """The scheduler's own account of a pod it has not bound (its PodScheduled condition), or
     None while it has said nothing."""
-    cond = _condition(pod, "PodScheduled")
+    cond = tr.pod_condition(pod, "PodScheduled")
     # SchedulingGated is the API server's note from while Berth's gate was on, not an answer.
     if cond is None or cond.get("status") == "True" or cond.get("reason") == "SchedulingGated":
         return None
@@ -68,11 +51,11 @@ def not_bound(pods: Iterable[Obj], now: datetime, grace: float) -> Iterator[tupl
             continue
         bound_to = tr.spec(pod).get("nodeName")
         if bound_to:
-            ours = _condition(pod, keys.CONDITION_WAITING)
+            ours = tr.pod_condition(pod, keys.CONDITION_WAITING)
             if ours is not None and ours.get("reason") == NOT_BOUND:
                 yield pod, Why(BOUND, f"bound to {bound_to}", waiting=False)
             continue
-        released = _time(ann.get(c.ANNOTATION_ASSIGNED_AT))
+        released = tr.parse_time(ann.get(c.ANNOTATION_ASSIGNED_AT))
         if released is None:
             continue
         age = (now - released).total_seconds()

@@ -10,7 +10,7 @@ from solver.api import solve
 from solver.plan import Plan
 from solver.types import Snapshot, Tenant
 from tests.controller.fakeapi import FakeApi
-from tests.controller.objects import FakeClock
+from tests.controller.objects import FakeClock, node, pod
 
 TOPO = {"rack": "topology.kubernetes.io/rack", "block": "topology.kubernetes.io/block"}
 
@@ -56,3 +56,15 @@ def condition(api: FakeApi, key: str) -> dict | None:
         if c["type"] == "berth.dev/Waiting":
             return c
     return None
+
+
+def gang_cluster(gangs: list[tuple[int, int]], nodes: int) -> FakeApi:
+    """``nodes`` 8-GPU nodes and, per (size, gpus) in ``gangs``, a gang g<i> of ``size`` pods
+    asking ``gpus`` each (pods g<i>-0, g<i>-1, ... in team-a)."""
+    api = FakeApi()
+    for i in range(nodes):
+        api.add_node(node(f"n{i}", gpus=8))
+    for g, (size, gpus) in enumerate(gangs):
+        for k in range(size):
+            api.add_pod(pod(f"g{g}-{k}", gang=f"g{g}", size=size, gpus=gpus))
+    return api

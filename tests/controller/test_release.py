@@ -16,7 +16,7 @@ from admission.controller.snapshot import build
 from solver.plan import GangPlacement, PodPlacement
 from solver.types import GpuShare
 from tests.controller.fakeapi import Crash, FakeApi
-from tests.controller.harness import controller, gates, pinned_node
+from tests.controller.harness import controller, gang_cluster, gates, pinned_node
 from tests.controller.harness import settings as controller_settings
 from tests.controller.objects import FakeClock, node, pod
 
@@ -160,12 +160,7 @@ def test_stale_partial_placement_is_overwritten_by_the_next_plan() -> None:
                 max_size=5),
        st.integers(0, 40), st.integers(1, 3))
 def test_random_gangs_crash_anywhere_never_half_released(gangs, crash_at, nodes) -> None:
-    api = FakeApi()
-    for i in range(nodes):
-        api.add_node(node(f"n{i}", gpus=8))
-    for g, (size, gpus) in enumerate(gangs):
-        for k in range(size):
-            api.add_pod(pod(f"g{g}-{k}", gang=f"g{g}", size=size, gpus=gpus))
+    api = gang_cluster(gangs, nodes)
     clock = FakeClock()
     api.fail_after = crash_at
     with contextlib.suppress(Crash):

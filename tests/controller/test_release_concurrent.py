@@ -18,21 +18,11 @@ from admission import constants as c
 from admission.controller import translate as tr
 from admission.controller.writers import Abandoned, Writers
 from tests.controller.fakeapi import Crash, FakeApi
-from tests.controller.harness import controller, gates, pinned_node
+from tests.controller.harness import controller, gang_cluster, gates, pinned_node
 from tests.controller.harness import settings as controller_settings
-from tests.controller.objects import FakeClock, node, pod
+from tests.controller.objects import FakeClock
 
 WRITERS = 8
-
-
-def cluster(gangs: list[tuple[int, int]], nodes: int) -> FakeApi:
-    api = FakeApi()
-    for i in range(nodes):
-        api.add_node(node(f"n{i}", gpus=8))
-    for g, (size, gpus) in enumerate(gangs):
-        for k in range(size):
-            api.add_pod(pod(f"g{g}-{k}", gang=f"g{g}", size=size, gpus=gpus))
-    return api
 
 
 def gang_keys(gangs: list[tuple[int, int]]) -> list[list[str]]:
@@ -74,7 +64,7 @@ SHAPE = [(3, 4), (1, 2), (2, 2), (1, 1), (4, 1)]  # 11 pods, 22 GPUs on 3 nodes
 
 
 def test_concurrent_release_writes_every_pod_and_opens_every_gate() -> None:
-    api = cluster(SHAPE, nodes=3)
+    api = gang_cluster(SHAPE, nodes=3)
     report = concurrent(api, FakeClock()).run_cycle()
     assert all(r.complete for r in report.released) and len(report.released) == len(SHAPE)
     assert sum(r.wrote for r in report.released) == sum(n for n, _ in SHAPE)
@@ -101,7 +91,7 @@ def test_concurrent_release_writes_every_pod_and_opens_every_gate() -> None:
 
 
 def patches_of_full_release() -> int:
-    api = cluster(SHAPE, nodes=3)
+    api = gang_cluster(SHAPE, nodes=3)
     concurrent(api, FakeClock()).run_cycle()
     return len(api.patches)
 
@@ -110,7 +100,7 @@ def patches_of_full_release() -> int:
 @pytest.mark.parametrize("crash_at", range(patches_of_full_release()))
 def test_crash_at_any_concurrent_write_leaves_no_gang_half_released(crash_at: int,
                                                                     repeat: int) -> None:
-    api = cluster(SHAPE, nodes=3)
+    api = gang_cluster(SHAPE, nodes=3)
     clock = FakeClock()
     api.fail_after = crash_at
     with pytest.raises(Crash):
@@ -128,7 +118,7 @@ def test_crash_at_any_concurrent_write_leaves_no_gang_half_released(crash_at: in
        st.integers(0, 50), st.integers(1, 3))
 def test_random_gangs_concurrent_crash_anywhere_never_half_released(gangs, crash_at,
                                                                     nodes) -> None:
-    api = cluster(gangs, nodes)
+    api = gang_cluster(gangs, nodes)
     clock = FakeClock()
     api.fail_after = crash_at
     with contextlib.suppress(Crash):
@@ -176,7 +166,7 @@ def test_writers_overlap_calls_and_stop_starting_after_a_failure() -> None:
 
 
 def test_one_writer_keeps_plan_order() -> None:
-    api = cluster(SHAPE, nodes=3)
+    api = gang_cluster(SHAPE, nodes=3)
     controller(api, FakeClock(), solve_fn=bestfit).run_cycle()  # release_writers=1
     gangs_in_order = [key.rsplit("-", 1)[0] for key, _ in api.patches]
     # one gang at a time: its placements then its gates, never interleaved with another gang
