@@ -43,6 +43,18 @@ from solver.types import GpuShare
 log = logging.getLogger(__name__)
 
 G = TypeVar("G")
+T = TypeVar("T")
+
+
+def _caught(fn: Callable[[T], tuple[Obj, bool]]) -> Callable[[T], tuple[Obj, bool] | ApiError]:
+    """``fn`` with an API error returned instead of raised: one failed write of a step is an
+    outcome of that step (the gang stays as it is), not a crash of the batch."""
+    def call(item: T) -> tuple[Obj, bool] | ApiError:
+        try:
+            return fn(item)
+        except ApiError as exc:
+            return exc
+    return call
 
 
 @dataclass(slots=True)
@@ -189,13 +201,8 @@ class Releaser:
                                      plan, stop)
 
         # Step 2, every pod of the gang at once; step 3 starts only when all have answered.
-        def place(pp: PodPlacement) -> tuple[Obj, bool] | ApiError:
-            try:
-                return self.write_placement(pods[pp.pod], pp.node, pp.gpus, plan, info)
-            except ApiError as exc:
-                return exc
-
-        outcomes = self._pods.each(place, placement.pods, stop)
+        outcomes = self._pods.each(_caught(lambda pp: self.write_placement(
+            pods[pp.pod], pp.node, pp.gpus, plan, info)), placement.pods, stop)
         written: list[tuple[Obj, str]] = []
         for pp, out in zip(placement.pods, outcomes, strict=True):
             if isinstance(out, ApiError):
@@ -210,13 +217,8 @@ class Releaser:
 
     def _release_one(self, result: ReleaseResult, info: GangInfo, pp: PodPlacement, pod: Obj,
                      plan: str, stop: threading.Event) -> ReleaseResult:
-        def both(_: object) -> tuple[Obj, bool] | ApiError:
-            try:
-                return self.place_and_open(pod, pp.node, pp.gpus, plan, info)
-            except ApiError as exc:
-                return exc
-
-        out = self._pods.each(both, [pp], stop)[0]
+        out = self._pods.each(_caught(lambda one: self.place_and_open(
+            pod, one.node, one.gpus, plan, info)), [pp], stop)[0]
         if isinstance(out, ApiError):
             result.error = f"releasing {pp.pod}: {out}"
             return result  # nothing applied: the gang stays pending
@@ -243,14 +245,9 @@ class Releaser:
 
     def _open_all(self, result: ReleaseResult, todo: list[tuple[Obj, str]],
                   stop: threading.Event) -> ReleaseResult:
-        def open_one(item: tuple[Obj, str]) -> tuple[Obj, bool] | ApiError:
-            try:
-                return self.open_gate(*item)
-            except ApiError as exc:
-                return exc
-
+        opened = self._pods.each(_caught(lambda item: self.open_gate(*item)), todo, stop)
         released: list[Obj] = []
-        for (pod, _), out in zip(todo, self._pods.each(open_one, todo, stop), strict=True):
+        for (pod, _), out in zip(todo, opened, strict=True):
             if isinstance(out, ApiError):
                 # The rest of the gang keeps its plan; the next cycle finishes it.
                 result.error = result.error or f"opening the gate of {tr.pod_key(pod)}: {out}"
