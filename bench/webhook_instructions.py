@@ -35,18 +35,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.webhook_load import (  # noqa: E402
-    BARE,
     LUA,
-    POLICY,
     conditions,
     free_port,
+    server_command,
     training_pod_review,
     wait_ready,
     wrk,
 )
 
 SECTION = "## Instructions per review"
-ENTRY = "from admission.cli import main; raise SystemExit(main())"
 NAMES = {
     "bare": "bare aiohttp TLS handler, asyncio loop",
     "bare-uvloop": "bare aiohttp TLS handler, uvloop",
@@ -57,13 +55,10 @@ NAMES = {
 
 
 def command(kind: str, port: int, certs: Path) -> list[str]:
-    if kind.startswith("bare"):
-        loop = "uvloop" if kind == "bare-uvloop" else "asyncio"
-        return [sys.executable, "-c", BARE, str(port), str(certs), loop]
-    cmd = [sys.executable, "-c", ENTRY, "webhook", "--policy", str(POLICY), "--cert-dir",
-           str(certs), "--port", str(port), "--log-level", "WARNING"]
-    if kind == "berth-asyncio":
-        cmd += ["--event-loop", "asyncio"]
+    cmd = server_command("berth" if kind == "berth-before" else kind, port, certs)
+    if kind == "berth-before":  # the code at --before has no --event-loop option
+        i = cmd.index("--event-loop")
+        del cmd[i:i + 2]
     return cmd
 
 

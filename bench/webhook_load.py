@@ -188,15 +188,19 @@ def wait_ready(port: int, ca: Path, proc: subprocess.Popen[bytes], timeout: floa
     raise SystemExit(f"server on port {port} not ready after {timeout}s")
 
 
-def start(kind: str, port: int, certs: Path, core: str) -> subprocess.Popen[bytes]:
+def server_command(kind: str, port: int, certs: Path) -> list[str]:
+    """The command line of server ``kind``: bare, bare-uvloop, berth or berth-asyncio."""
     if kind.startswith("berth"):
         loop = "asyncio" if kind == "berth-asyncio" else "auto"
-        cmd = [sys.executable, "-c", "from admission.cli import main; raise SystemExit(main())",
-               "webhook", "--policy", str(POLICY), "--event-loop", loop,
-               "--cert-dir", str(certs), "--port", str(port), "--log-level", "WARNING"]
-    else:
-        loop = "uvloop" if kind == "bare-uvloop" else "asyncio"
-        cmd = [sys.executable, "-c", BARE, str(port), str(certs), loop]
+        return [sys.executable, "-c", "from admission.cli import main; raise SystemExit(main())",
+                "webhook", "--policy", str(POLICY), "--event-loop", loop,
+                "--cert-dir", str(certs), "--port", str(port), "--log-level", "WARNING"]
+    loop = "uvloop" if kind == "bare-uvloop" else "asyncio"
+    return [sys.executable, "-c", BARE, str(port), str(certs), loop]
+
+
+def start(kind: str, port: int, certs: Path, core: str) -> subprocess.Popen[bytes]:
+    cmd = server_command(kind, port, certs)
     proc = subprocess.Popen(["taskset", "-c", core, *cmd], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_ready(port, certs / "ca.crt", proc)
