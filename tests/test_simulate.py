@@ -123,6 +123,7 @@ def test_bad_arguments_exit_2(files: tuple[Path, Path], capsys: pytest.CaptureFi
     assert main([*base, "--seeds", "4x"]) == 2
     assert main([*base, "--window", "0"]) == 2
     assert main([*base, "--arrival", "0"]) == 2
+    assert main([*base, "--policy", "cpsat", "--orders", "0"]) == 2
     assert main(["simulate", "--nodes", str(files[0])]) == 2
     assert main([*base[:2], "/nonexistent.csv", *base[3:]]) == 2
     assert "Traceback" not in capsys.readouterr().err
@@ -151,6 +152,7 @@ def test_cpsat_in_windows(files: tuple[Path, Path], tmp_path: Path, objective: s
     assert rc == 0
     data = json.loads(out.read_text())
     assert data["window"] == 8 and data["objective"] == objective
+    assert data["orders"] == (16 if objective == "packing" else None)
     greedy = replay(read_nodes(files[0]), read_pods(files[1]), policy="fgd", seed=42)
     assert data["per_seed"][0]["placed"] + data["per_seed"][0]["dropped"] == len(
         greedy.arrived_milli)

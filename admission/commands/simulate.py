@@ -65,6 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpsat in --mode fgd: packing = the replay's packing model with "
                              "FGD fragmentation weights (solver.simulate.window); controller = "
                              "the controller's full model (solver.api.solve)")
+    parser.add_argument("--orders", type=int, default=None, metavar="N",
+                        help="cpsat packing: FGD passes per window, each in its own order of "
+                             "the window's pods; the least fragmented end state is kept "
+                             "(default: 16; 1 = FGD in arrival order)")
     parser.add_argument("--json", metavar="OUT.json", help="write the results as JSON")
     parser.add_argument("--plot", metavar="OUT.png",
                         help="plot allocation ratio against arrived demand")
@@ -118,6 +122,8 @@ def run_fgd(args: argparse.Namespace) -> int:
         raise UsageError(f"--arrival: must be > 0, got {args.arrival}")
     if not args.time_limit > 0:
         raise UsageError(f"--time-limit: must be > 0, got {args.time_limit}")
+    if args.orders is not None and args.orders < 1:
+        raise UsageError(f"--orders: must be >= 1, got {args.orders}")
     seeds = parse_seeds(args.seeds or DEFAULT_SEEDS)
     try:
         nodes = read_nodes(Path(args.nodes))
@@ -128,7 +134,7 @@ def run_fgd(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.nodes}: no node has a GPU; the protocol needs GPU nodes")
     report = simulate_fgd(nodes, pods, policy=policy, window=window, seeds=seeds,
                           arrival=args.arrival, time_limit=args.time_limit,
-                          objective=args.objective)
+                          objective=args.objective, orders=args.orders)
     report["nodes_file"], report["pods_file"] = str(args.nodes), str(args.pods)
     _print_table(report)
     if args.json:
@@ -141,16 +147,18 @@ def run_fgd(args: argparse.Namespace) -> int:
 
 def simulate_fgd(nodes: list[Any], pods: list[Any], *, policy: str, window: int,
                  seeds: list[int], arrival: float, time_limit: float,
-                 objective: str = "packing") -> dict[str, Any]:
+                 objective: str = "packing", orders: int | None = None) -> dict[str, Any]:
     """Run the protocol for every seed (with a progress bar on stderr) and summarise."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from solver.simulate.protocol import ReplayResult, WindowSolver, replay
+    from solver.simulate.window import ORDERS
 
+    orders = ORDERS if orders is None else orders
     solve_window: WindowSolver | None = None
     if policy == "cpsat":
-        solve_window = cpsat_window_solver(time_limit, objective)
+        solve_window = cpsat_window_solver(time_limit, objective, orders)
     start = time.perf_counter()
     results: list[ReplayResult] = []
     console = Console(stderr=True)
@@ -175,6 +183,7 @@ def simulate_fgd(nodes: list[Any], pods: list[Any], *, policy: str, window: int,
     return {
         "policy": policy,
         "objective": objective if policy == "cpsat" else None,
+        "orders": orders if policy == "cpsat" and objective == "packing" else None,
         "window": window,
         "seeds": seeds,
         "arrival": arrival,
@@ -189,18 +198,23 @@ def simulate_fgd(nodes: list[Any], pods: list[Any], *, policy: str, window: int,
     }
 
 
-def cpsat_window_solver(time_limit: float, objective: str = "packing") -> Any:
-    """Each window through CP-SAT: the replay's packing model where the window is what the
-    protocol makes (:func:`solver.simulate.window.in_scope`), else, or with
-    ``objective="controller"``, :func:`solver.api.solve` as the controller calls it."""
+def cpsat_window_solver(time_limit: float, objective: str = "packing",
+                        orders: int | None = None) -> Any:
+    """Each window through CP-SAT: the replay's packing solver (``orders`` FGD passes, then
+    the model) where the window is what the protocol makes
+    (:func:`solver.simulate.window.in_scope`), else, or with ``objective="controller"``,
+    :func:`solver.api.solve` as the controller calls it."""
     from solver.api import solve
     from solver.plan import Plan
-    from solver.simulate.window import in_scope, solve_packing
+    from solver.simulate.window import ORDERS, in_scope, solve_packing
     from solver.types import Snapshot
+
+    passes = ORDERS if orders is None else orders
 
     def solve_window(snapshot: Snapshot, seed: int) -> Plan:
         if objective == "packing" and in_scope(snapshot):
-            return solve_packing(snapshot, time_limit=time_limit, seed=seed)
+            return solve_packing(snapshot, time_limit=time_limit, seed=seed,
+                                 orders=passes)
         return solve(snapshot, solver="cpsat", time_limit=time_limit, seed=seed)
 
     return solve_window
