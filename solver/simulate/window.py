@@ -84,7 +84,7 @@ def solve_packing(snapshot: Snapshot, *, time_limit: float, seed: int = 0,
                   workers: int = 1, orders: int = ORDERS) -> Plan:
     """Place one window's single-pod gangs; see the module docstring. ``time_limit`` bounds
     the CP-SAT step; the search runs its ``orders`` passes whatever the time (so that a
-    replay is reproducible), about 2 ms per pod and pass on the openb cluster."""
+    replay is reproducible), about 0.5 ms per pod and pass on the openb cluster."""
     if orders < 1:
         raise ValueError(f"orders must be at least 1, got {orders}")
     start = time.perf_counter()
