@@ -62,9 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=float, default=2.0, metavar="S",
                         help="seconds per batch window for cpsat (default: 2.0)")
     parser.add_argument("--objective", choices=("packing", "controller"), default="packing",
-                        help="cpsat in --mode fgd: packing = the replay's packing model with "
-                             "FGD fragmentation weights (solver.simulate.window); controller = "
-                             "the controller's full model (solver.api.solve)")
+                        help="cpsat in --mode fgd: packing = the replay's window solver "
+                             "(FGD passes in several orders, then a CP-SAT packing model; "
+                             "solver.simulate.window); controller = the controller's full "
+                             "model (solver.api.solve)")
     parser.add_argument("--orders", type=int, default=None, metavar="N",
                         help="cpsat packing: FGD passes per window, each in its own order of "
                              "the window's pods; the least fragmented end state is kept "

@@ -191,8 +191,9 @@ class ClusterArrays:
     # What a pod may use
     # ----------------------------------------------------------------------------------------
 
-    def _slot(self, row: int, index: int) -> int:
-        return int(np.nonzero(self.gindex[row] == index)[0][0])
+    def slot_of(self, row: int, index: int) -> int:
+        """The column of node ``row``'s GPU whose device index is ``index``."""
+        return int(np.flatnonzero(self.gindex[row] == index)[0])
 
     def eligible(self, pod: PodRequest) -> BoolArray:
         """Nodes the pod may use at all (:func:`solver.eligibility.node_allows`), cached per

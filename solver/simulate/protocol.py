@@ -226,7 +226,7 @@ def _check_and_apply(state: ClusterArrays, gangs: list[Gang], plan: Plan, *,
     for gp in plan.admitted:
         for pp in gp.pods:
             row = state.row_of[pp.node]
-            slots = [int(np.flatnonzero(state.gindex[row] == s.index)[0]) for s in pp.gpus]
+            slots = [state.slot_of(row, s.index) for s in pp.gpus]
             placed.append((row, pods[gp.gang], slots))
     rows = sorted({row for row, _, _ in placed})
     before = _running_of(state, rows, () if apply else placed)

@@ -198,7 +198,7 @@ def _search(state: ClusterArrays, gangs: list[Gang], seed: int,
                 continue
             pp = result.pods[0]
             row = state.row_of[pp.node]
-            slots = [int(np.flatnonzero(state.gindex[row] == s.index)[0]) for s in pp.gpus]
+            slots = [state.slot_of(row, s.index) for s in pp.gpus]
             placed.append((int(i), row, slots))
             value += gangs[int(i)].gpu_demand_milli + POD_VALUE
         key = (-value, float(state.frag_stats()[3].sum()))
