@@ -22,7 +22,7 @@ from admission.controller.metrics import Metrics
 from admission.controller.settings import Settings, from_policy
 from admission.kube import KubeApi, load_client
 from admission.metrics import WebhookMetrics
-from admission.policy_model import Policy
+from admission.policy import Policy
 from admission.webhook import WebhookConfig, start_webhook
 
 log = logging.getLogger("berth.serve")

@@ -1,4 +1,4 @@
-"""Micro-benchmark of the pure admission decision, ``admission.review.review``, alone.
+"""Micro-benchmark of the pure admission decision, ``admission.webhook.review.review``, alone.
 
 The webhook's saturation throughput is bounded by the CPU it spends per review; this isolates
 the decision itself (no HTTP, no TLS, no JSON parsing) on the payloads of
@@ -49,8 +49,8 @@ def payloads() -> dict[str, dict[str, Any]]:
 
 def worker(calls: int, batches: int) -> None:
     """Measure in this process (whichever ``admission`` is first on sys.path); print JSON."""
-    from admission.policy_load import load_policy
-    from admission.review import review
+    from admission.policy import load_policy
+    from admission.webhook import review
 
     policy = load_policy(POLICY)
     out: dict[str, list[float]] = {}

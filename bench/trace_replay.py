@@ -16,7 +16,7 @@ Sections (each writes its JSON through the same code path as ``berth simulate``)
 - holdout: the same on the other pod lists of the folder (no published figures): lists of the
   same kinds that played no part in building the window solver, to show that it generalises;
 - online: CP-SAT with window 1 on ``default``;
-- bound: the pattern LP bound of :mod:`solver.simulate.bound_patterns` at 100 % arrival and
+- bound: the pattern LP bound of :mod:`solver.simulate.bound.patterns` at 100 % arrival and
   the offline packing read off it (the best allocation lies between the two);
 - plot: allocation ratio against arrived demand on ``default`` (the paper's Fig. 9).
 
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from admission.commands.simulate import plot_curves, simulate_fgd  # noqa: E402
-from admission.tracefiles import read_nodes, read_pods  # noqa: E402
+from admission.simulate.tracefiles import read_nodes, read_pods  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 REPORT = REPO / "bench" / "trace_replay.md"
@@ -177,7 +177,7 @@ def bound(seeds: list[int], default_seeds: list[int]) -> None:
     import numpy as np
 
     from solver.simulate.bound import allocation_bound_milli
-    from solver.simulate.bound_patterns import pattern_bound
+    from solver.simulate.bound.patterns import pattern_bound
     from solver.simulate.protocol import arrival_order
 
     d = data_dir()

@@ -4,7 +4,7 @@
 (:mod:`solver.simulate.protocol`) for each seed and reports the allocation ratio against the
 arrived GPU demand, as the benchmark in bench/trace_replay.py consumes it. ``--mode timed`` and
 the no-argument default (Berth's own generated cluster and workload) are run by
-:mod:`admission.simulate_timed`, which adds its own options through ``add_arguments`` and takes
+:mod:`admission.simulate.timed`, which adds its own options through ``add_arguments`` and takes
 over in ``run_timed(args)`` / ``run_default(args)``.
 
 The JSON written by ``--json`` holds ``policy``, ``window``, ``seeds``,
@@ -39,9 +39,9 @@ DEFAULT_BATCH_WINDOW = 128
 def _timed_module() -> ModuleType | None:
     """The timed-mode and default-scenario runner, if this installation has it."""
     try:
-        return importlib.import_module("admission.simulate_timed")
+        return importlib.import_module("admission.simulate.timed")
     except ModuleNotFoundError as exc:
-        if exc.name != "admission.simulate_timed":
+        if exc.name != "admission.simulate.timed":
             raise
         return None
 
@@ -112,7 +112,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def run_fgd(args: argparse.Namespace) -> int:
-    from admission.tracefiles import TraceFileError, read_nodes, read_pods
+    from admission.simulate.tracefiles import TraceFileError, read_nodes, read_pods
 
     policy = args.policy or "fgd"
     greedy = policy != "cpsat"

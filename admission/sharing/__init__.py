@@ -6,7 +6,7 @@ One adapter per backend (time-slicing, MPS, MIG, HAMi, none), chosen by the poli
 
 from __future__ import annotations
 
-from admission.policy_model import Sharing
+from admission.policy import Sharing
 from admission.sharing.base import SharingAdapter, SharingError, Translation
 from admission.sharing.hami import HamiAdapter
 from admission.sharing.mig import MigAdapter

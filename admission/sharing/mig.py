@@ -7,7 +7,7 @@ then holds that profile's share, which is what the plan must account for.
 from __future__ import annotations
 
 from admission.constants import RESOURCE_GPU
-from admission.policy_model import Mig
+from admission.policy import Mig
 from admission.sharing.base import SharingError, Translation, plain_whole
 
 

@@ -8,7 +8,7 @@ client connects to the node's MPS daemon.
 from __future__ import annotations
 
 from admission.constants import RESOURCE_GPU
-from admission.policy_model import Mps
+from admission.policy import Mps
 from admission.sharing.base import Translation, plain_whole
 
 

@@ -9,7 +9,7 @@ plugin's ``failRequestsGreaterThanOne: false``. When the shared resource keeps t
 from __future__ import annotations
 
 from admission.constants import RESOURCE_GPU
-from admission.policy_model import TimeSlicing
+from admission.policy import TimeSlicing
 from admission.sharing.base import SharingError, Translation, plain_whole
 
 

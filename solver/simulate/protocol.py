@@ -33,7 +33,7 @@ from solver.checker import assert_feasible
 from solver.fragmentation import typical_pods
 from solver.plan import GangPlacement, Plan, SolveStats
 from solver.simulate.timed_scenario import TracePod
-from solver.trace import pod_request
+from solver.simulate.trace import pod_request
 from solver.types import MILLI, Gang, GpuShare, Node, PodRequest, Running, Snapshot, SolverPolicy
 
 #: Solves one window: (snapshot of the cluster with the window's gangs, seed) -> plan.

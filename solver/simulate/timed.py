@@ -40,7 +40,8 @@ from solver.interference import (
     slowdown,
     within_slo,
 )
-from solver.metrics_sim import (
+from solver.plan import Plan
+from solver.simulate.metrics import (
     DEFAULT_ACTIVE_WATTS,
     DEFAULT_IDLE_WATTS,
     TenantShare,
@@ -51,7 +52,6 @@ from solver.metrics_sim import (
     time_weighted_mean,
     weighted_max_min,
 )
-from solver.plan import Plan
 from solver.simulate.timed_scenario import Scenario, TimedGang
 from solver.types import (
     MILLI,

@@ -1,0 +1,322 @@
+"""The policy YAML as typed, immutable pydantic models: the cluster admin's one interface.
+
+Field names are camelCase in YAML (Kubernetes style) and snake_case in Python. Every model
+forbids unknown keys so a typo is an error, not a silently ignored setting. Checks that
+involve one value live here; checks that relate several parts of the file (a tenant naming a
+QoS class that does not exist, a namespace claimed twice) live in :mod:`admission.policy.refs`
+so that they run even when some other part of the file is malformed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Final, Literal, TypeVar, cast
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic.alias_generators import to_camel
+
+# A Kubernetes name (RFC 1123 label): namespaces and tenant names.
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+Name = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
+NonEmpty = Annotated[str, Field(min_length=1)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+Unit = Annotated[float, Field(ge=0, le=1)]
+
+T = TypeVar("T")
+API_VERSION: Final = "berth.dev/v1alpha1"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Tenants
+# --------------------------------------------------------------------------------------------
+
+
+class Quota(_Model):
+    """GPUs a tenant is guaranteed (whole or fractional GPUs); ``None`` means unlimited."""
+
+    gpus: Annotated[float, Field(ge=0)] | None = None
+
+
+class Borrowing(_Model):
+    """Whether a tenant may use other tenants' idle quota, and how much beyond its own."""
+
+    enabled: bool = True
+    limit_gpus: Annotated[float, Field(ge=0)] | None = None
+
+
+class Limits(_Model):
+    """Per-request ceilings; a pod beyond them is refused at admission with the limit named."""
+
+    max_gpus_per_pod: Annotated[int, Field(ge=1)] | None = None
+    max_gang_size: Annotated[int, Field(ge=1)] | None = None
+
+
+class Queues(_Model):
+    """The tenant's queue in each release backend (used when ``release.backend`` names it)."""
+
+    kueue: NonEmpty | None = None  # a LocalQueue in each of the tenant's namespaces
+    volcano: NonEmpty | None = None  # a Volcano Queue
+
+
+class Tenant(_Model):
+    name: Name
+    namespaces: Annotated[list[Name], Field(min_length=1)]
+    quota: Quota = Quota()
+    weight: Annotated[float, Field(gt=0)] = 1.0
+    borrowing: Borrowing = Borrowing()
+    allowed_models: list[NonEmpty] = []  # empty: any model
+    allowed_qos_classes: list[NonEmpty] = []  # empty: any class
+    default_qos_class: NonEmpty | None = None
+    priority: int = 0  # default priority of the tenant's gangs
+    limits: Limits = Limits()
+    queues: Queues = Queues()
+
+    @property
+    def quota_milli(self) -> int | None:
+        return None if self.quota.gpus is None else round(self.quota.gpus * 1000)
+
+    @property
+    def ceiling_milli(self) -> int | None:
+        """Most milli-GPU the tenant can ever hold at once (quota plus borrowing); None: no cap."""
+        if self.quota.gpus is None:
+            return None
+        own = round(self.quota.gpus * 1000)
+        if not self.borrowing.enabled:
+            return own
+        if self.borrowing.limit_gpus is None:
+            return None
+        return own + round(self.borrowing.limit_gpus * 1000)
+
+
+# --------------------------------------------------------------------------------------------
+# GPUs, sharing and topology
+# --------------------------------------------------------------------------------------------
+
+
+class GpuModel(_Model):
+    """A GPU model as GPU Feature Discovery names it (``nvidia.com/gpu.product``)."""
+
+    name: NonEmpty
+    memory_mib: Annotated[int, Field(ge=1, alias="memoryMiB")]
+    idle_watts: Annotated[float, Field(ge=0)] = 0.0
+    active_watts: Annotated[float, Field(ge=0)] = 0.0
+
+
+class TimeSlicing(_Model):
+    """NVIDIA device plugin time-slicing: each GPU is advertised as ``replicas`` slots."""
+
+    resource_name: NonEmpty = "nvidia.com/gpu.shared"
+    replicas: Annotated[int, Field(ge=2, le=64)] = 4
+
+
+class Mps(_Model):
+    """NVIDIA device plugin MPS: one slot per pod; the share is enforced by the MPS env."""
+
+    resource_name: NonEmpty = "nvidia.com/gpu.shared"
+
+
+class MigProfile(_Model):
+    name: Annotated[str, Field(pattern=r"^\d+g\.\d+gb(\+me)?$")]  # e.g. 1g.10gb
+    fraction: Fraction  # its share of the GPU's compute
+    memory_mib: Annotated[int, Field(ge=1, alias="memoryMiB")]
+
+
+def _default_mig_profiles() -> list[MigProfile]:
+    # A100/H100 80GB, mixed strategy: 7 compute slices per GPU.
+    return [
+        MigProfile(name="1g.10gb", fraction=1 / 7, memory_mib=9728),
+        MigProfile(name="2g.20gb", fraction=2 / 7, memory_mib=19968),
+        MigProfile(name="3g.40gb", fraction=3 / 7, memory_mib=40192),
+        MigProfile(name="4g.40gb", fraction=4 / 7, memory_mib=40192),
+        MigProfile(name="7g.80gb", fraction=1.0, memory_mib=81920),
+    ]
+
+
+class Mig(_Model):
+    """MIG with the device plugin's mixed strategy: resources ``nvidia.com/mig-<profile>``."""
+
+    profiles: Annotated[list[MigProfile], Field(min_length=1)] = Field(
+        default_factory=_default_mig_profiles
+    )
+
+
+class Sharing(_Model):
+    """How a fraction of a GPU reaches the node: the backend and the fractions it may take."""
+
+    backend: Literal["none", "time-slicing", "mps", "mig", "hami"] = "none"
+    fraction_grid: Annotated[list[Fraction], Field(min_length=1)] = [0.25, 0.5, 0.75, 1.0]
+    time_slicing: TimeSlicing = TimeSlicing()
+    mps: Mps = Mps()
+    mig: Mig = Field(default_factory=Mig)
+
+
+class TopologyLevel(_Model):
+    """A level of the topology, finest first. ``nvlink`` comes from the GPUs themselves and
+    ``node`` from the node name; every other level names the node label that holds it."""
+
+    name: Name
+    node_label: NonEmpty | None = None
+
+
+def _default_levels() -> list[TopologyLevel]:
+    return [
+        TopologyLevel(name="nvlink"),
+        TopologyLevel(name="node", node_label="kubernetes.io/hostname"),
+        TopologyLevel(name="rack", node_label="topology.kubernetes.io/rack"),
+        TopologyLevel(name="block", node_label="topology.kubernetes.io/block"),
+    ]
+
+
+class Topology(_Model):
+    levels: Annotated[list[TopologyLevel], Field(min_length=1)] = Field(
+        default_factory=_default_levels
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# QoS classes, batching, solver, release, admission
+# --------------------------------------------------------------------------------------------
+
+
+class QoSClass(_Model):
+    """A workload class with its solo interference profile on one GPU and, if latency
+    sensitive, its solo latency and SLO (milliseconds)."""
+
+    name: Name
+    sm: Unit = 0.5
+    membw: Unit = 0.5
+    memory_mib: Annotated[int, Field(ge=0, alias="memoryMiB")] = 0
+    latency_sensitive: bool = False
+    solo_latency_ms: Annotated[float, Field(gt=0)] | None = None
+    slo_ms: Annotated[float, Field(gt=0)] | None = None
+    exclusive: bool = False
+    no_share_with: list[NonEmpty] = []
+
+    @model_validator(mode="after")
+    def _latency(self) -> QoSClass:
+        if self.latency_sensitive and (self.solo_latency_ms is None or self.slo_ms is None):
+            raise ValueError("a latencySensitive class needs soloLatencyMs and sloMs")
+        if (
+            self.solo_latency_ms is not None
+            and self.slo_ms is not None
+            and self.slo_ms < self.solo_latency_ms
+        ):
+            raise ValueError(
+                f"sloMs ({self.slo_ms}) must be >= soloLatencyMs ({self.solo_latency_ms})"
+            )
+        return self
+
+
+class Batch(_Model):
+    window_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
+    gang_timeout_seconds: Annotated[float, Field(gt=0)] = 600.0
+    fast_path_classes: list[NonEmpty] = []  # QoS classes placed on arrival
+
+
+class ObjectiveWeights(_Model):
+    demand: Annotated[float, Field(ge=0)] = 1.0
+    aging_per_hour: Annotated[float, Field(ge=0)] = 0.5
+    fragmentation: Annotated[float, Field(ge=0)] = 0.2
+    topology: Annotated[float, Field(ge=0)] = 0.1
+    fairness: Annotated[float, Field(ge=0)] = 0.3
+    energy: Annotated[float, Field(ge=0)] = 0.05
+    interference: Annotated[float, Field(ge=0)] = 0.1
+
+
+class SolverSettings(_Model):
+    time_limit_seconds: Annotated[float, Field(gt=0, le=600)] = 5.0
+    weights: ObjectiveWeights = ObjectiveWeights()
+
+
+class Release(_Model):
+    """Where admitted pods go: the default scheduler, Kueue or Volcano (queues per tenant)."""
+
+    backend: Literal["standalone", "kueue", "volcano"] = "standalone"
+
+
+class Admission(_Model):
+    """Webhook behaviour the admin chooses."""
+
+    # A pod that names a tenant other than its namespace's: refuse it, or overwrite the label.
+    tenant_mismatch: Literal["refuse", "overwrite"] = "refuse"
+    # Refuse gang pods whose size cannot be read from the pod (Volcano/KAI/owner gangs).
+    require_gang_size: bool = False
+
+
+class Policy(_Model):
+    """The whole policy file."""
+
+    api_version: Literal["berth.dev/v1alpha1"] = API_VERSION
+    kind: Literal["Policy"] = "Policy"
+    tenants: Annotated[list[Tenant], Field(min_length=1)]
+    gpu_models: list[GpuModel] = []
+    sharing: Sharing = Field(default_factory=Sharing)
+    topology: Topology = Field(default_factory=Topology)
+    qos_classes: list[QoSClass] = []
+    batch: Batch = Batch()
+    solver: SolverSettings = SolverSettings()
+    release: Release = Release()
+    admission: Admission = Admission()
+
+    # Look-ups the webhook's hot path needs, computed once per policy version.
+    _by_namespace: dict[str, Tenant] = PrivateAttr(default_factory=dict)
+    _by_name: dict[str, Tenant] = PrivateAttr(default_factory=dict)
+    _generation: str = PrivateAttr(default="")
+    _memo: dict[str, object] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, context: object, /) -> None:
+        for t in self.tenants:
+            self._by_name.setdefault(t.name, t)
+            for ns in t.namespaces:
+                self._by_namespace.setdefault(ns, t)
+
+    def tenant_for_namespace(self, namespace: str) -> Tenant | None:
+        return self._by_namespace.get(namespace)
+
+    def tenant(self, name: str) -> Tenant | None:
+        return self._by_name.get(name)
+
+    def gpu_model(self, name: str) -> GpuModel | None:
+        for m in self.gpu_models:
+            if m.name == name:
+                return m
+        return None
+
+    def qos_class(self, name: str) -> QoSClass | None:
+        for q in self.qos_classes:
+            if q.name == name:
+                return q
+        return None
+
+    @property
+    def managed_namespaces(self) -> frozenset[str]:
+        return frozenset(self._by_namespace)
+
+    @property
+    def generation(self) -> str:
+        """Short hash of the file this policy was loaded from ('' when built in code)."""
+        return self._generation
+
+    def memo(self, key: str, build: Callable[[Policy], T]) -> T:
+        """A value derived from this policy version, built once (e.g. the webhook's look-ups)."""
+        if key not in self._memo:
+            self._memo[key] = build(self)
+        return cast(T, self._memo[key])
+
+    def with_generation(self, generation: str) -> Policy:
+        self._generation = generation
+        return self
+
+    def queue_for(self, tenant: Tenant) -> str | None:
+        """The tenant's queue in the configured release backend (None for standalone)."""
+        if self.release.backend == "kueue":
+            return tenant.queues.kueue
+        if self.release.backend == "volcano":
+            return tenant.queues.volcano
+        return None

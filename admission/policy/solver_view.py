@@ -1,0 +1,60 @@
+"""The policy as the solver sees it: :class:`solver.types.SolverPolicy` and the tenants.
+
+The solver never reads YAML; the controller converts the loaded policy once per version with
+:func:`to_solver` and hands the result to every snapshot.
+"""
+
+from __future__ import annotations
+
+from admission.policy.model import Policy, QoSClass
+from admission.policy.model import Tenant as PolicyTenant
+from solver.types import QoSProfile, SolverPolicy, Tenant, Weights
+
+
+def _milli(gpus: float | None) -> int | None:
+    return None if gpus is None else round(gpus * 1000)
+
+
+def solver_tenant(t: PolicyTenant) -> Tenant:
+    return Tenant(
+        name=t.name,
+        quota_milli=_milli(t.quota.gpus),
+        weight=t.weight,
+        can_borrow=t.borrowing.enabled,
+        borrow_limit_milli=_milli(t.borrowing.limit_gpus) if t.borrowing.enabled else None,
+    )
+
+
+def solver_qos(q: QoSClass) -> QoSProfile:
+    return QoSProfile(
+        name=q.name,
+        sm=q.sm,
+        membw=q.membw,
+        memory_mib=q.memory_mib,
+        latency_sensitive=q.latency_sensitive,
+        solo_latency_ms=q.solo_latency_ms,
+        slo_ms=q.slo_ms,
+        exclusive=q.exclusive,
+        no_share_with=frozenset(q.no_share_with),
+    )
+
+
+def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
+    """Map the policy to the solver's knobs and tenants."""
+    w = policy.solver.weights
+    solver_policy = SolverPolicy(
+        weights=Weights(
+            demand=w.demand,
+            aging_per_hour=w.aging_per_hour,
+            fragmentation=w.fragmentation,
+            topology=w.topology,
+            fairness=w.fairness,
+            energy=w.energy,
+            interference=w.interference,
+        ),
+        topology_levels=tuple(level.name for level in policy.topology.levels),
+        qos_classes=tuple(solver_qos(q) for q in policy.qos_classes),
+        idle_watts={m.name: m.idle_watts for m in policy.gpu_models},
+        active_watts={m.name: m.active_watts for m in policy.gpu_models},
+    )
+    return solver_policy, tuple(solver_tenant(t) for t in policy.tenants)

@@ -1,0 +1,694 @@
+"""The admission decision: one pure function from an AdmissionRequest and the policy to a
+response (allowed, refused with a message, or allowed with a JSON Patch).
+
+No I/O and no API calls happen here; the webhook server only parses and serialises around
+:func:`review`. In scope are pod CREATEs in managed namespaces that ask for GPUs; everything
+else is allowed untouched. A pod in scope gets its tenant (always its namespace's), its gang,
+its demand validated against the policy and translated into the sharing backend's resources,
+Berth's labels and annotations, the downward-API env that will carry its GPU assignment, and
+Berth's scheduling gate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from binascii import b2a_base64
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from admission import constants as c
+from admission.policy import Policy, Tenant
+from admission.sharing import SharingAdapter, SharingError, Translation, adapter_for
+from admission.webhook.demand import (
+    GpuDemand,
+    PodProblem,
+    mapping,
+    read_demand,
+    string_map,
+)
+from admission.webhook.gang import GangError, GangIdentity, identify_gang
+from admission.webhook.patch import PatchBuilder, pointer
+from admission.webhook.types import (
+    AdmissionRequest,
+    AdmissionResponse,
+    AdmissionReviewResponse,
+    PatchOp,
+)
+
+try:  # orjson parses and serialises reviews several times faster than the standard library
+    import orjson
+
+    def loads(data: bytes) -> Any:
+        """Parse JSON; ValueError on anything that is not JSON."""
+        return orjson.loads(data)
+
+    def dumps(obj: Any) -> bytes:
+        return orjson.dumps(obj)
+
+except ImportError:  # pragma: no cover - the standard library does the same, slower
+
+    def loads(data: bytes) -> Any:
+        return json.loads(data)
+
+    def dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
+REVIEW_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+
+
+class MalformedReview(ValueError):
+    """The body is not an AdmissionReview the webhook can answer: HTTP 400."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    response: AdmissionResponse
+    outcome: str  # "untouched" | "mutated" | "denied"
+    reason: str  # short code for metrics: "unmanaged-namespace", "admitted", "bad-fraction", ...
+
+
+# --------------------------------------------------------------------------------------------
+# What the hot path needs from a policy version, computed once.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRules:
+    """A tenant's fields the review reads, taken out of the policy model once (several are
+    derived properties that would otherwise be recomputed on every pod)."""
+
+    tenant: Tenant
+    name: str
+    ceiling_milli: int | None
+    max_gpus_per_pod: int | None
+    max_gang_size: int | None
+    queue: str | None
+    default_qos_class: str | None
+    allowed_models: tuple[str, ...]  # empty: any model
+    allowed_qos_classes: tuple[str, ...]  # empty: any class
+
+    @staticmethod
+    def build(tenant: Tenant, policy: Policy) -> TenantRules:
+        return TenantRules(
+            tenant=tenant,
+            name=tenant.name,
+            ceiling_milli=tenant.ceiling_milli,
+            max_gpus_per_pod=tenant.limits.max_gpus_per_pod,
+            max_gang_size=tenant.limits.max_gang_size,
+            queue=policy.queue_for(tenant),
+            default_qos_class=tenant.default_qos_class,
+            allowed_models=tuple(tenant.allowed_models),
+            allowed_qos_classes=tuple(tenant.allowed_qos_classes),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewContext:
+    policy: Policy
+    adapter: SharingAdapter
+    grid_milli: tuple[int, ...]
+    model_memory: Mapping[str, int]
+    levels: frozenset[str]
+    qos_classes: frozenset[str]
+    by_namespace: Mapping[str, TenantRules]
+    generation: str
+    refuse_tenant_mismatch: bool
+    require_gang_size: bool
+    release_backend: str
+    sharing_backend: str
+    # Adapters are pure: a demand's translation is computed once per policy version (failures
+    # are not cached, so their message is built again each time, as before).
+    translations: dict[tuple[int, int, int], Translation]
+
+    @staticmethod
+    def build(policy: Policy) -> ReviewContext:
+        return ReviewContext(
+            policy=policy,
+            by_namespace=_namespaces(policy),
+            generation=policy.generation,
+            adapter=adapter_for(policy.sharing),
+            grid_milli=tuple(sorted({round(f * 1000) for f in policy.sharing.fraction_grid})),
+            model_memory={m.name: m.memory_mib for m in policy.gpu_models},
+            levels=frozenset(level.name for level in policy.topology.levels),
+            qos_classes=frozenset(q.name for q in policy.qos_classes),
+            refuse_tenant_mismatch=policy.admission.tenant_mismatch == "refuse",
+            require_gang_size=bool(policy.admission.require_gang_size),
+            release_backend=policy.release.backend,
+            sharing_backend=policy.sharing.backend,
+            translations={},
+        )
+
+    def translate(self, milli: int, count: int, memory_mib: int) -> Translation:
+        """The adapter's translation of a share (``milli`` < 1000) or of ``count`` whole GPUs;
+        :class:`SharingError` when the backend cannot express it."""
+        key = (milli, count, memory_mib) if milli < 1000 else (1000, count, 0)
+        found = self.translations.get(key)
+        if found is None:
+            if milli < 1000:
+                found = self.adapter.share(milli, memory_mib)
+            else:
+                found = self.adapter.whole(count)
+            if len(self.translations) < 4096:  # bounded: counts and memory come from pods
+                self.translations[key] = found
+        return found
+
+
+def _namespaces(policy: Policy) -> dict[str, TenantRules]:
+    found: dict[str, TenantRules] = {}
+    for tenant in policy.tenants:
+        for ns in tenant.namespaces:
+            if ns not in found:  # validation refuses a namespace claimed twice
+                found[ns] = TenantRules.build(tenant, policy)
+    return found
+
+
+_last: list[ReviewContext] = []  # the context of the policy reviewed last (identity check)
+
+
+def context_for(policy: Policy) -> ReviewContext:
+    """The review look-ups of ``policy``; the webhook reviews with one policy object until a
+    reload, so an identity check on the last one avoids even a dictionary look-up."""
+    if _last and _last[0].policy is policy:
+        return _last[0]
+    ctx = policy.memo("review", ReviewContext.build)
+    _last[:] = [ctx]
+    return ctx
+
+
+# --------------------------------------------------------------------------------------------
+# Envelope
+# --------------------------------------------------------------------------------------------
+
+
+def parse_review(body: object) -> tuple[str, AdmissionRequest]:
+    """The apiVersion and request of an AdmissionReview, or :class:`MalformedReview`."""
+    if not isinstance(body, dict):
+        raise MalformedReview("the body must be a JSON object (an AdmissionReview)")
+    version = body.get("apiVersion")
+    if version not in REVIEW_VERSIONS:
+        raise MalformedReview(f"apiVersion must be admission.k8s.io/v1, got {version!r}")
+    if body.get("kind") != "AdmissionReview":
+        raise MalformedReview(f"kind must be AdmissionReview, got {body.get('kind')!r}")
+    request = body.get("request")
+    if not isinstance(request, dict):
+        raise MalformedReview("request must be an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise MalformedReview("request.uid must be a non-empty string")
+    for key in ("kind", "object"):
+        if request.get(key) is not None and not isinstance(request[key], dict):
+            raise MalformedReview(f"request.{key} must be an object")
+    return str(version), request  # type: ignore[return-value]
+
+
+def review_response(api_version: str, response: AdmissionResponse) -> AdmissionReviewResponse:
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+
+
+def _allow(uid: str, reason: str) -> Decision:
+    return Decision({"uid": uid, "allowed": True}, "untouched", reason)
+
+
+def _deny(uid: str, problems: list[PodProblem]) -> Decision:
+    text = "; ".join(f"{p.path}: {p.message}" for p in problems)
+    return Decision(
+        {
+            "uid": uid,
+            "allowed": False,
+            "status": {"code": 403, "reason": "Forbidden", "message": f"Berth: {text}"},
+        },
+        "denied",
+        problems[0].reason,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The decision
+# --------------------------------------------------------------------------------------------
+
+
+def review(request: Mapping[str, Any], policy: Policy) -> Decision:
+    """Decide on one AdmissionRequest (already parsed by :func:`parse_review`)."""
+    uid = str(request.get("uid", ""))
+    kind = request.get("kind") or {}
+    if kind.get("kind") != "Pod" or kind.get("group", "") != "" or request.get("subResource"):
+        return _allow(uid, "not-a-pod")
+    if request.get("operation") != "CREATE":
+        return _allow(uid, "not-create")
+    pod = request.get("object")
+    if not isinstance(pod, dict):
+        return _allow(uid, "no-object")
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    namespace = request.get("namespace") or meta.get("namespace") or ""
+    ctx = context_for(policy)
+    rules = ctx.by_namespace.get(str(namespace))
+    if rules is None:
+        return _allow(uid, "unmanaged-namespace")
+    try:
+        mapping(pod, "metadata", "metadata")
+        labels = string_map(meta, "labels", "metadata.labels")
+        annotations = string_map(meta, "annotations", "metadata.annotations")
+        demand = read_demand(pod, annotations)
+    except PodProblem as problem:
+        return _deny(uid, [problem])
+    if demand is None:
+        return _allow(uid, "no-gpu")
+    return _admit(uid, request, pod, meta, labels, annotations, demand, rules, ctx)
+
+
+def _admit(
+    uid: str, request: Mapping[str, Any], pod: dict[str, Any], meta: Mapping[str, Any],
+    labels: Mapping[str, str], annotations: Mapping[str, str], demand: GpuDemand,
+    rules: TenantRules, ctx: ReviewContext,
+) -> Decision:
+    problems: list[PodProblem] = []
+    warnings: list[str] = []
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        spec = {}
+
+    # The checks run in a fixed order (the refusal lists every problem in that order); the
+    # cheap common case of each is tested here so that a pod without it costs no call.
+    if c.LABEL_TENANT in labels or c.LABEL_TENANT in annotations:
+        _check_tenant(rules, labels, annotations, ctx, problems, warnings)
+    env_names = _check_env(demand, problems)
+    if spec.get("nodeName"):
+        problems.append(PodProblem(
+            "spec.nodeName", "a GPU pod managed by Berth is placed by Berth; remove nodeName",
+            "node-name-set"))
+    scheduler = _scheduler(spec, problems) if ctx.release_backend == "volcano" else None
+    models = _models(demand, rules, problems) if demand.models else rules.allowed_models
+    if demand.fraction is None and demand.memory_mib == 0:
+        milli, count = 1000, demand.count
+    else:
+        milli, count = _share(demand, models, ctx, problems)
+    translation = _translate(ctx, milli, count, demand, problems)
+    if translation is not None:
+        milli = translation.milli
+    fallback = str(request.get("name") or meta.get("name") or uid)
+    gang = _gang(meta, labels, annotations, fallback, rules, ctx, problems)
+    _check_limits(rules, count, milli, gang, problems)
+    qos = annotations.get(c.ANNOTATION_QOS_CLASS) or rules.default_qos_class
+    if qos is not None:
+        _check_qos(qos, rules, ctx, problems)
+    if c.ANNOTATION_TOPOLOGY in annotations:
+        _check_topology(annotations, ctx, problems)
+    if c.ANNOTATION_PRIORITY in annotations:
+        _check_priority(annotations, problems)
+    if problems or translation is None or gang is None:
+        return _deny(uid, problems)
+
+    patch = PatchBuilder(pod)
+    _patch_metadata(patch, meta, rules, gang, qos, count, milli, demand, models, ctx, labels,
+                    annotations, warnings)
+    _patch_resources(patch, demand, translation, ctx, milli)
+    _patch_env(patch, demand, translation, env_names)
+    gates = spec.get("schedulingGates")
+    if not isinstance(gates, list):
+        # spec is the pod's own map here (a pod without one has no container, so no demand)
+        patch.ops.append({"op": "add", "path": "/spec/schedulingGates",
+                          "value": [{"name": c.SCHEDULING_GATE}]})
+    elif not any(isinstance(g, dict) and g.get("name") == c.SCHEDULING_GATE for g in gates):
+        patch.extend_list(("spec", "schedulingGates"), gates, _GATE)
+    if scheduler is not None:
+        patch.set(("spec", "schedulerName"), scheduler)
+    response: AdmissionResponse = {
+        "uid": uid,
+        "allowed": True,
+        "patchType": "JSONPatch",
+        "patch": b2a_base64(dumps(patch.ops), newline=False).decode("ascii"),
+    }
+    if warnings:
+        response["warnings"] = warnings
+    return Decision(response, "mutated", "admitted")
+
+
+# Berth's scheduling gate as the patch adds it (serialised, never mutated).
+_GATE = ({"name": c.SCHEDULING_GATE},)
+
+
+# --------------------------------------------------------------------------------------------
+# Checks (each appends every problem it finds)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_tenant(
+    rules: TenantRules, labels: Mapping[str, str], annotations: Mapping[str, str],
+    ctx: ReviewContext, problems: list[PodProblem], warnings: list[str],
+) -> None:
+    name = rules.name
+    for where, values in (("labels", labels), ("annotations", annotations)):
+        claimed = values.get(c.LABEL_TENANT)
+        if claimed is None or claimed == name:
+            continue
+        path = f"metadata.{where}[{c.LABEL_TENANT}]"
+        if ctx.refuse_tenant_mismatch:
+            problems.append(PodProblem(
+                path, f"claims tenant {claimed!r} but the namespace belongs to tenant "
+                f"{name!r}; remove it or set it to {name!r}", "tenant-mismatch"))
+        else:
+            warnings.append(f"{path}: tenant {claimed!r} replaced by {name!r} "
+                            "(the namespace's tenant)")
+
+
+def _check_env(demand: GpuDemand, problems: list[PodProblem]) -> dict[int, set[str]]:
+    """The patch appends to each GPU container's env, which must therefore be a list of named
+    entries; returns the names each GPU container's env already has (one walk serves both)."""
+    mains = demand.containers
+    names: dict[int, set[str]] = {}
+    for i in demand.gpu_containers:
+        env = mains[i].get("env")
+        if env is None:
+            names[i] = set()
+            continue
+        have: set[str] = set()
+        ok = isinstance(env, list)
+        if ok:
+            for e in env:
+                name = e.get("name") if isinstance(e, dict) else None
+                if not isinstance(name, str):
+                    ok = False
+                    break
+                have.add(name)
+        if ok:
+            names[i] = have
+        else:
+            problems.append(PodProblem(f"spec.containers[{i}].env",
+                                       "must be a list of {name, value|valueFrom}",
+                                       "malformed-pod"))
+    return names
+
+
+def _scheduler(spec: Mapping[str, Any], problems: list[PodProblem]) -> str | None:
+    """Volcano needs ``schedulerName: volcano`` set at creation (it is immutable afterwards)."""
+    name = spec.get("schedulerName")
+    if name in (None, "", "default-scheduler"):
+        return c.VOLCANO_SCHEDULER
+    if name != c.VOLCANO_SCHEDULER:
+        problems.append(PodProblem(
+            "spec.schedulerName", f"is {name!r} but this cluster releases GPU pods to "
+            f"Volcano; remove it or set it to {c.VOLCANO_SCHEDULER!r}", "scheduler-name"))
+    return None
+
+
+def _models(demand: GpuDemand, rules: TenantRules, problems: list[PodProblem]) -> tuple[str, ...]:
+    """The models the pod named, less those the tenant may not use (a problem each)."""
+    allowed = rules.allowed_models
+    if allowed:
+        bad = [m for m in demand.models if m not in allowed]
+        if bad:
+            problems.append(PodProblem(
+                f"metadata.annotations[{c.ANNOTATION_GPU_MODELS}]",
+                f"GPU model {', '.join(bad)} is not allowed for tenant {rules.name!r}; "
+                f"use one of: {', '.join(allowed)}", "model-not-allowed"))
+            return tuple(m for m in demand.models if m in allowed)
+    return demand.models
+
+
+def _share(
+    demand: GpuDemand, models: tuple[str, ...], ctx: ReviewContext, problems: list[PodProblem],
+) -> tuple[int, int]:
+    """(milli-GPU per GPU, GPU count) after the grid: an explicit fraction must sit on the grid,
+    a memory request is rounded up to the next grid value."""
+    known = [ctx.model_memory[m] for m in (models or tuple(ctx.model_memory))
+             if m in ctx.model_memory]
+    smallest = min(known) if known else None
+    if demand.memory_mib and smallest is not None and demand.memory_mib > smallest:
+        problems.append(PodProblem(
+            f"metadata.annotations[{c.ANNOTATION_GPU_MEMORY}]",
+            f"{demand.memory_mib} MiB is more than a {smallest} MiB GPU holds; ask for less "
+            "or restrict the pod to larger models", "bad-gpu-memory"))
+        return 1000, 1
+    grid = ctx.grid_milli
+    if demand.fraction is not None:
+        milli = round(demand.fraction * 1000)
+        if milli not in grid and milli != 1000:
+            problems.append(PodProblem(
+                f"metadata.annotations[{demand.fraction_source}]",
+                f"{demand.fraction:g} is not on this cluster's fraction grid; use one of "
+                f"{', '.join(f'{g / 1000:g}' for g in grid)}", "fraction-off-grid"))
+        return milli, 1
+    if smallest is None:
+        problems.append(PodProblem(
+            f"metadata.annotations[{c.ANNOTATION_GPU_MEMORY}]",
+            "cannot turn GPU memory into a share: the policy declares no gpuModels; "
+            f"set {c.ANNOTATION_FRACTION} instead", "bad-gpu-memory"))
+        return 1000, 1
+    wanted = math.ceil(demand.memory_mib * 1000 / smallest)
+    return next((g for g in grid if g >= wanted), 1000), 1
+
+
+def _translate(
+    ctx: ReviewContext, milli: int, count: int, demand: GpuDemand, problems: list[PodProblem],
+) -> Translation | None:
+    try:
+        return ctx.translate(milli, count, demand.memory_mib)
+    except SharingError as exc:
+        key = demand.fraction_source or c.ANNOTATION_GPU_MEMORY
+        problems.append(PodProblem(f"metadata.annotations[{key}]", str(exc), "sharing"))
+        return None
+
+
+def _gang(
+    meta: Mapping[str, Any], labels: Mapping[str, str], annotations: Mapping[str, str],
+    fallback: str, rules: TenantRules, ctx: ReviewContext, problems: list[PodProblem],
+) -> GangIdentity | None:
+    try:
+        gang = identify_gang(meta, labels, annotations, fallback)
+    except GangError as exc:
+        problems.append(PodProblem(exc.path, exc.message, "gang-size"))
+        return None
+    if gang.size is None and ctx.require_gang_size:
+        problems.append(PodProblem(
+            f"metadata.annotations[{c.ANNOTATION_GANG_SIZE}]",
+            f"the size of gang {gang.name!r} ({gang.source}) is not stated on the pod; "
+            f"annotate {c.ANNOTATION_GANG_SIZE} with the number of pods", "gang-size"))
+    limit = rules.max_gang_size
+    if gang.size is not None and limit is not None and gang.size > limit:
+        problems.append(PodProblem(
+            f"metadata.annotations[{c.ANNOTATION_GANG_SIZE}]",
+            f"a gang of {gang.size} pods exceeds tenant {rules.name!r}'s limit of {limit}; "
+            "split the job", "over-limit"))
+    return gang
+
+
+_LIMITS_PATH = f"spec.containers[*].resources.limits[{c.RESOURCE_GPU}]"
+
+
+def _check_limits(
+    rules: TenantRules, count: int, milli: int, gang: GangIdentity | None,
+    problems: list[PodProblem],
+) -> None:
+    limit = rules.max_gpus_per_pod
+    if limit is not None and count > limit:
+        problems.append(PodProblem(
+            _LIMITS_PATH, f"{count} GPUs exceed tenant {rules.name!r}'s limit of {limit} per "
+            "pod; ask for fewer or split the pod", "over-limit"))
+        return
+    ceiling = rules.ceiling_milli
+    if ceiling is None:
+        return
+    pods = gang.size if gang is not None and gang.size else 1
+    need = count * milli * pods
+    if need > ceiling:
+        what = f"{count * milli / 1000:g} GPUs" + (f" x {pods} pods" if pods > 1 else "")
+        problems.append(PodProblem(
+            _LIMITS_PATH, f"{what} can never be admitted: tenant {rules.name!r} holds at most "
+            f"{ceiling / 1000:g} GPUs (quota plus borrowing); ask for less", "over-quota"))
+
+
+def _check_qos(
+    name: str, rules: TenantRules, ctx: ReviewContext, problems: list[PodProblem],
+) -> None:
+    path = f"metadata.annotations[{c.ANNOTATION_QOS_CLASS}]"
+    if name not in ctx.qos_classes:
+        known = ", ".join(sorted(ctx.qos_classes)) or "none"
+        problems.append(PodProblem(path, f"unknown QoS class {name!r}; use one of: {known}",
+                                   "bad-qos-class"))
+    elif rules.allowed_qos_classes and name not in rules.allowed_qos_classes:
+        problems.append(PodProblem(
+            path, f"QoS class {name!r} is not allowed for tenant {rules.name!r}; use one of: "
+            f"{', '.join(rules.allowed_qos_classes)}", "bad-qos-class"))
+
+
+def _check_topology(
+    annotations: Mapping[str, str], ctx: ReviewContext, problems: list[PodProblem]
+) -> None:
+    raw = annotations[c.ANNOTATION_TOPOLOGY]
+    mode, _, level = raw.rpartition(":")
+    if mode not in ("", "required", "preferred") or level not in ctx.levels:
+        problems.append(PodProblem(
+            f"metadata.annotations[{c.ANNOTATION_TOPOLOGY}]",
+            f"must be <level> or required:<level> with a level of "
+            f"{', '.join(sorted(ctx.levels))}; got {raw!r}", "bad-topology"))
+
+
+def _check_priority(annotations: Mapping[str, str], problems: list[PodProblem]) -> None:
+    raw = annotations[c.ANNOTATION_PRIORITY]
+    if not raw.strip().lstrip("-").isdigit():
+        problems.append(PodProblem(f"metadata.annotations[{c.ANNOTATION_PRIORITY}]",
+                                   f"must be a whole number, got {raw!r}", "bad-priority"))
+
+
+# --------------------------------------------------------------------------------------------
+# The patch
+# --------------------------------------------------------------------------------------------
+
+_LABELS = ("metadata", "labels")
+_ANNOTATIONS = ("metadata", "annotations")
+
+
+def _patch_metadata(
+    patch: PatchBuilder, meta: Mapping[str, Any], rules: TenantRules, gang: GangIdentity,
+    qos: str | None, count: int, milli: int, demand: GpuDemand, models: tuple[str, ...],
+    ctx: ReviewContext, labels: Mapping[str, str], annotations: Mapping[str, str],
+    warnings: list[str],
+) -> None:
+    gang_label = gang.label
+    new_labels = {
+        c.LABEL_MANAGED: "true",
+        c.LABEL_TENANT: rules.name,
+        c.LABEL_GANG: gang_label,
+    }
+    if qos:
+        new_labels[c.LABEL_QOS_CLASS] = qos
+    queue = rules.queue
+    new_annotations = {
+        c.ANNOTATION_TENANT: rules.name,
+        c.ANNOTATION_GANG_NAME: gang.name,
+        c.ANNOTATION_GANG_SOURCE: gang.source,
+        c.ANNOTATION_GPU_COUNT: str(count),
+        c.ANNOTATION_GPU_MILLI: str(milli),
+        c.ANNOTATION_GPU_MEMORY_MIB: str(demand.memory_mib),
+        c.ANNOTATION_ALLOWED_MODELS: ",".join(models),
+        c.ANNOTATION_SHARING: ctx.sharing_backend,
+        c.ANNOTATION_POLICY_GENERATION: ctx.generation,
+    }
+    if gang.size is not None:
+        new_annotations[c.ANNOTATION_GANG_SIZE] = str(gang.size)
+    if queue:
+        new_annotations[c.ANNOTATION_QUEUE] = queue
+    backend = ctx.release_backend
+    if backend == "kueue" or backend == "volcano":
+        _backend_keys_at_creation(backend, queue, gang, gang_label, labels, annotations,
+                                  new_labels, new_annotations)
+    # ``meta`` is the pod's metadata map as it arrived (``{}`` when it had none).
+    patch.merge_map(_LABELS, meta.get("labels"), new_labels)
+    drop = [key for key in c.ASSIGNMENT_ANNOTATIONS if key in annotations] if annotations else []
+    for key in drop:
+        warnings.append(f"metadata.annotations[{key}]: removed; only Berth assigns GPUs")
+    existing = meta.get("annotations")
+    if isinstance(existing, dict):
+        patch.merge_map(_ANNOTATIONS, existing, new_annotations, drop)
+    elif patch.obj.get("metadata") is meta:  # the pod's own metadata: add the map in one op
+        patch.ops.append({"op": "add", "path": "/metadata/annotations", "value": new_annotations})
+    else:
+        patch.set(_ANNOTATIONS, new_annotations)
+
+
+def _backend_keys_at_creation(
+    backend: str, queue: str | None, gang: GangIdentity, gang_label: str,
+    labels: Mapping[str, str], annotations: Mapping[str, str], new_labels: dict[str, str],
+    new_annotations: dict[str, str],
+) -> None:
+    """Keys the release backend reads only at creation, added where the user left them out.
+
+    Kueue gates and manages a pod only if its queue label (and, for a group, the pod-group
+    keys) is there when Kueue's own webhook sees the CREATE, which runs after Berth's. Volcano
+    reads the group and queue from annotations. Keys the user wrote are kept as they are.
+    """
+    group = gang.size is not None and gang.size > 1
+    if backend == "kueue":
+        if queue and c.KUEUE_QUEUE_LABEL not in labels:
+            new_labels[c.KUEUE_QUEUE_LABEL] = queue
+        if group and c.KUEUE_POD_GROUP_LABEL not in labels:
+            new_labels[c.KUEUE_POD_GROUP_LABEL] = gang_label
+            new_annotations[c.KUEUE_POD_GROUP_COUNT] = str(gang.size)
+    elif backend == "volcano":
+        if queue and c.VOLCANO_QUEUE_ANNOTATION not in annotations:
+            new_annotations[c.VOLCANO_QUEUE_ANNOTATION] = queue
+        if c.VOLCANO_GROUP_ANNOTATION not in annotations:
+            new_annotations[c.VOLCANO_GROUP_ANNOTATION] = gang_label
+
+
+def _patch_resources(
+    patch: PatchBuilder, demand: GpuDemand, translation: Translation, ctx: ReviewContext,
+    milli: int,
+) -> None:
+    mains = demand.containers
+    if milli < 1000:
+        _apply(patch, mains, demand.container, translation)
+        return
+    for i in demand.gpu_containers:
+        have = demand.gpu_counts[i] if demand.gpu_counts else _gpu_count(mains[i])
+        t = ctx.translate(1000, have, 0) if have else translation
+        if have and t.resources == ((c.RESOURCE_GPU, have),) and not t.remove:
+            continue  # already says what the backend needs
+        _apply(patch, mains, i, t)
+
+
+def _gpu_count(container: Mapping[str, Any]) -> int:
+    resources = container.get("resources") or {}
+    for kind in ("limits", "requests"):
+        values = resources.get(kind) or {}
+        if c.RESOURCE_GPU in values:
+            return int(str(values[c.RESOURCE_GPU]).strip())
+    return 0
+
+
+def _apply(
+    patch: PatchBuilder, mains: Sequence[Mapping[str, Any]], index: int, translation: Translation
+) -> None:
+    resources = mains[index].get("resources") or {}
+    requests = resources.get("requests") or {}
+    base = ("spec", "containers", index, "resources")
+    touch_requests = bool(requests) and (
+        any(k in requests for k, _ in translation.resources)
+        or any(k in requests for k in translation.remove))
+    kept = {k for k, _ in translation.resources} if translation.remove else ()
+    for key in translation.remove:
+        if key not in kept:
+            patch.remove((*base, "limits", key))
+            patch.remove((*base, "requests", key))
+    for key, value in translation.resources:
+        patch.set((*base, "limits", key), str(value))
+        if touch_requests:
+            patch.set((*base, "requests", key), str(value))
+
+
+# The downward-API env entries, built once: JSON serialisation never mutates them.
+_DOWNWARD_ENTRIES = tuple(
+    (name, {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}})
+    for name, path in c.DOWNWARD_ENV
+)
+_DOWNWARD_NAMES = frozenset(name for name, _ in _DOWNWARD_ENTRIES)
+
+
+@lru_cache(maxsize=64)
+def _downward_ops(index: int) -> tuple[PatchOp, ...]:
+    """The ops appending every downward-API entry to container ``index``'s existing env: the
+    same on every pod, so built once (the patch is only serialised, never mutated)."""
+    path = pointer(("spec", "containers", index, "env")) + "/-"
+    return tuple({"op": "add", "path": path, "value": entry} for _, entry in _DOWNWARD_ENTRIES)
+
+
+def _patch_env(
+    patch: PatchBuilder, demand: GpuDemand, translation: Translation,
+    env_names: Mapping[int, set[str]],
+) -> None:
+    mains = demand.containers
+    for i in demand.gpu_containers:
+        have = env_names[i]
+        env = mains[i].get("env")
+        extra = translation.env if i == demand.container else ()
+        if env is not None and not extra and have.isdisjoint(_DOWNWARD_NAMES):
+            patch.ops.extend(_downward_ops(i))  # the common case: a list to append to
+            continue
+        added: list[Any] = [entry for name, entry in _DOWNWARD_ENTRIES if name not in have]
+        added += [{"name": n, "value": v} for n, v in extra if n not in have]
+        patch.extend_list(("spec", "containers", i, "env"), env, added)

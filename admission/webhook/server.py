@@ -1,0 +1,398 @@
+"""The webhook's HTTPS server: it parses, calls :func:`admission.webhook.review.review`, serialises.
+
+Two error channels (as the apiserver expects): a request that is not an AdmissionReview gets an
+HTTP 400 (413 when the body is too large); a pod the policy refuses gets HTTP 200 with
+``allowed: false`` and a message. The server never answers a review with a 5xx: an unexpected
+failure inside review is logged and answered as a refusal that says so.
+
+Background work (a task the server starts and stops): the policy file is re-read every few
+seconds and swapped in when it changed and is valid (an invalid version is refused, logged and
+counted; the last good one stays), and the TLS pair is re-hashed and reloaded into the live
+context. ``berth serve`` reuses :func:`start_webhook` to run the webhook next to the
+controller.
+
+Cost per review is what bounds throughput here (bench/webhook_load.md): the server runs on
+aiohttp's low-level server (see :class:`WebhookHandler`) and, when installed, on uvloop
+(admission/event_loop.py); nothing on the review path logs, takes a lock or looks up a
+labelled metric.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import hashlib
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import StreamReader, hdrs, web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from admission.certs import TlsReloader
+from admission.event_loop import loop_name
+from admission.metrics import WebhookMetrics
+from admission.policy import Policy, PolicyError, PolicyIssue, check_text
+from admission.webhook.review import (
+    Decision,
+    MalformedReview,
+    dumps,
+    loads,
+    parse_review,
+    review,
+    review_response,
+)
+from admission.webhook.types import AdmissionResponse
+
+log = logging.getLogger("berth.webhook")
+
+# An AdmissionReview carries the object (and oldObject on UPDATE); etcd caps an object at
+# 1.5 MiB by default, so 4 MiB holds any real review and refuses floods early.
+MAX_BODY = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    policy: Path
+    cert_dir: Path | None  # None: plain HTTP (tests only; the CLI always serves TLS)
+    host: str = "127.0.0.1"
+    port: int = 8443
+    policy_interval: float = 2.0  # seconds between policy file checks
+    cert_interval: float = 10.0  # seconds between certificate checks
+    max_body: int = MAX_BODY
+    drain_seconds: float = 2.0  # not ready before closing, so endpoints drop this replica
+    shutdown_timeout: float = 25.0  # most time in-flight reviews get to finish
+
+
+class PolicySource:
+    """The policy in force, reloaded from its file when the content changes.
+
+    The file is read by path each time, so a ConfigMap's symlink swap (``..data`` pointing to
+    a new directory) is seen like any other change.
+    """
+
+    def __init__(self, path: Path, metrics: WebhookMetrics) -> None:
+        self.path = path
+        self.metrics = metrics
+        text = self._read()
+        policy, issues = check_text(text)
+        if policy is None:
+            raise PolicyError(issues, str(path))
+        self.policy: Policy = policy
+        self._digest = self._hash(text)
+        self._refused = ""
+        metrics.policy_valid.set(1)
+        metrics.policy_in_force(policy.generation)
+
+    @staticmethod
+    def _hash(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _read(self) -> str:
+        try:
+            return self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PolicyError([PolicyIssue("", f"cannot read the file: {exc}")],
+                              str(self.path)) from None
+
+    def check(self) -> bool:
+        """Reload when the file changed; True when a new version is now in force."""
+        try:
+            text = self._read()
+        except PolicyError as exc:
+            self._refuse(str(exc), "unreadable")  # logged once until the file changes
+            return False
+        digest = self._hash(text)
+        if digest == self._digest:
+            if self._refused:  # the file is back to the version in force
+                self._refused = ""
+                self.metrics.policy_valid.set(1)
+                log.info("policy %s is back to generation %s", self.path,
+                         self.policy.generation)
+            return False
+        if digest == self._refused:
+            return False
+        policy, issues = check_text(text)
+        if policy is None:
+            self._refuse("\n".join(i.render(str(self.path)) for i in issues), digest)
+            return False
+        old = self.policy.generation
+        self.policy, self._digest, self._refused = policy, digest, ""
+        self.metrics.policy_reloads.labels(result="success").inc()
+        self.metrics.policy_valid.set(1)
+        self.metrics.policy_in_force(policy.generation)
+        log.info("policy %s reloaded: generation %s -> %s", self.path, old, policy.generation)
+        return True
+
+    def _refuse(self, why: str, digest: str) -> None:
+        if digest == self._refused:
+            return
+        self._refused = digest
+        self.metrics.policy_reloads.labels(result="failure").inc()
+        self.metrics.policy_valid.set(0)
+        log.error("policy %s: new version refused, generation %s stays in force:\n%s",
+                  self.path, self.policy.generation, why)
+
+
+@dataclass
+class WebhookState:
+    policies: PolicySource
+    metrics: WebhookMetrics
+    tls: TlsReloader | None = None
+    max_body: int = MAX_BODY
+    draining: bool = False
+    in_flight: int = 0
+
+    def __post_init__(self) -> None:
+        # Read at scrape time: no lock taken per request for this gauge.
+        self.metrics.in_flight.set_function(lambda: self.in_flight)
+
+
+def _plain(status: int, text: str) -> web.Response:
+    return web.Response(status=status, text=text + "\n")
+
+
+def _internal_refusal(uid: str) -> Decision:
+    message = ("Berth: the webhook failed to review this pod (an internal error, logged); "
+               "retry, and report it if it persists")
+    return Decision({"uid": uid, "allowed": False,
+                     "status": {"code": 403, "reason": "Forbidden", "message": message}},
+                    "denied", "internal-error")
+
+
+def encode_answer(api_version: str, response: AdmissionResponse) -> bytes:
+    """The AdmissionReview answer as JSON bytes.
+
+    The patch is base64 text of a couple of kilobytes, which needs no JSON escaping: it is
+    spliced in after the rest is serialised rather than scanned once more by the encoder
+    (about 2% of the instructions a whole review costs). ``response`` is left as
+    it was given.
+    """
+    patch = response.get("patch")
+    if patch is None:
+        return dumps(review_response(api_version, response))
+    del response["patch"]
+    try:
+        head = dumps(review_response(api_version, response))
+    finally:
+        response["patch"] = patch
+    # head ends with the two closing braces of "response" and of the review
+    return b"".join((head[:-2], b',"patch":"', patch.encode("ascii"), b'"}}'))
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def _read_body(content: StreamReader, limit: int) -> bytes:
+    """The whole body, or BodyTooLarge as soon as it passes ``limit`` (a chunked body has no
+    Content-Length to refuse it by up front)."""
+    chunks, size = [], 0
+    while chunk := await content.readany():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)  # one chunk (the usual case) is returned as it is, not copied
+
+
+_Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+
+class WebhookHandler:
+    """The server's request handler, on aiohttp's low-level server.
+
+    aiohttp's ``web.Application`` resolves every request through its router, builds match
+    info and a ``web.Request``, and looks for middlewares; with four fixed paths one dict
+    look-up does the routing. What the application did for free is done here: 404 and 405
+    (with Allow), HEAD on the GET paths, ``Expect: 100-continue``, and the body size limit.
+    """
+
+    def __init__(self, state: WebhookState) -> None:
+        self.state = state
+        self._routes: dict[str, tuple[str, _Handler]] = {
+            "/mutate-pods": ("POST", self._mutate_guarded),
+            "/healthz": ("GET", self._healthz),
+            "/readyz": ("GET", self._readyz),
+            "/metrics": ("GET", self._metrics),
+        }
+
+    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        route = self._routes.get(request.path)
+        if route is None:
+            return _plain(404, f"no such path {request.path}; Berth serves /mutate-pods")
+        method, handler = route
+        if request.method != method and not (method == "GET" and request.method == "HEAD"):
+            allow = "GET, HEAD" if method == "GET" else method
+            response = _plain(405, f"{request.method} is not allowed here; use {allow}")
+            response.headers[hdrs.ALLOW] = allow
+            return response
+        return await handler(request)
+
+    async def _mutate_guarded(self, request: web.BaseRequest) -> web.StreamResponse:
+        state = self.state
+        state.in_flight += 1
+        try:
+            return await self._mutate(request)
+        except (ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception:
+            log.exception("unexpected failure answering %s", request.path)
+            state.metrics.bad_requests.labels(code="400").inc()
+            return _plain(400, "the request could not be read")
+        finally:
+            state.in_flight -= 1
+
+    async def _mutate(self, request: web.BaseRequest) -> web.Response:
+        state = self.state
+        limit = state.max_body
+        length = request.content_length
+        if length is not None and length > limit:
+            state.metrics.bad_requests.labels(code="413").inc()
+            return _plain(413, f"body of {length} bytes exceeds the {limit}-byte limit")
+        expect = request.headers.get(hdrs.EXPECT)
+        if expect is not None:  # curl sends it for large bodies; kube-apiserver does not
+            if expect.lower() != "100-continue":
+                return _plain(417, f"unknown Expect: {expect}")
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        try:
+            body = await _read_body(request.content, limit)
+        except BodyTooLarge:
+            state.metrics.bad_requests.labels(code="413").inc()
+            return _plain(413, f"body exceeds the {limit}-byte limit")
+        start = time.perf_counter()
+        try:
+            version, admission_request = parse_review(loads(body))
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+            state.metrics.bad_requests.labels(code="400").inc()
+            reason = str(exc) if isinstance(exc, MalformedReview) else f"not JSON: {exc}"
+            return _plain(400, f"not an AdmissionReview: {reason}")
+        try:
+            decision = review(admission_request, state.policies.policy)
+        except Exception:  # never a 5xx: log it and refuse with an explanation
+            log.exception("review failed for request %s", admission_request.get("uid"))
+            decision = _internal_refusal(str(admission_request.get("uid", "")))
+        payload = encode_answer(version, decision.response)
+        state.metrics.reviews.observe(time.perf_counter() - start, decision.outcome,
+                                      decision.reason)
+        return web.Response(body=payload, content_type="application/json")
+
+    async def _healthz(self, request: web.BaseRequest) -> web.Response:
+        return _plain(200, "ok")
+
+    async def _readyz(self, request: web.BaseRequest) -> web.Response:
+        if self.state.draining:
+            return _plain(503, "draining")
+        return _plain(200, f"ready; policy generation {self.state.policies.policy.generation}")
+
+    async def _metrics(self, request: web.BaseRequest) -> web.Response:
+        return web.Response(body=generate_latest(self.state.metrics.registry),
+                            headers={hdrs.CONTENT_TYPE: CONTENT_TYPE_LATEST})
+
+
+async def _watch(state: WebhookState, policy_interval: float, cert_interval: float) -> None:
+    next_cert = time.monotonic() + cert_interval
+    while True:
+        await asyncio.sleep(policy_interval)
+        state.policies.check()
+        if state.tls is not None and time.monotonic() >= next_cert:
+            next_cert = time.monotonic() + cert_interval
+            _check_cert(state)
+
+
+def _check_cert(state: WebhookState) -> None:
+    tls = state.tls
+    if tls is None or not tls.changed():
+        return
+    if tls.reload():
+        state.metrics.cert_reloads.labels(result="success").inc()
+        if tls.not_after is not None:
+            state.metrics.cert_expiry.set(tls.not_after.timestamp())
+        log.info("serving certificate reloaded; expires %s", tls.not_after)
+    else:
+        state.metrics.cert_reloads.labels(result="failure").inc()
+        log.error("serving certificate not reloaded, the old one stays: %s", tls.last_error)
+
+
+def new_state(config: WebhookConfig, metrics: WebhookMetrics | None = None) -> WebhookState:
+    """Load the policy and certificates (raising PolicyError / CertError with the fix)."""
+    metrics = metrics or WebhookMetrics()
+    tls = TlsReloader(config.cert_dir) if config.cert_dir is not None else None
+    if tls is not None and tls.not_after is not None:
+        metrics.cert_expiry.set(tls.not_after.timestamp())
+    return WebhookState(PolicySource(config.policy, metrics), metrics, tls, config.max_body)
+
+
+class WebhookServer:
+    """A running webhook: the policy and certificate watcher plus the listening server.
+    :meth:`stop` drains in-flight reviews before closing."""
+
+    def __init__(self, config: WebhookConfig, state: WebhookState) -> None:
+        self.config = config
+        self.state = state
+        self.handler = WebhookHandler(state)
+        self.runner = web.ServerRunner(web.Server(self.handler, access_log=None),
+                                       shutdown_timeout=config.shutdown_timeout)
+        self._watcher: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.config.host, self.config.port,
+                           ssl_context=self.state.tls.context if self.state.tls else None)
+        await site.start()
+        self._watcher = asyncio.create_task(
+            _watch(self.state, self.config.policy_interval, self.config.cert_interval))
+
+    @property
+    def port(self) -> int:
+        for addr in self.runner.addresses:
+            return int(addr[1])
+        return self.config.port
+
+    async def stop(self) -> None:
+        """Drain: report not ready (so endpoints drop this replica) while still serving, then
+        stop listening, let every review already begun finish (even one whose body is still
+        arriving), then close the connections."""
+        self.state.draining = True
+        await asyncio.sleep(self.config.drain_seconds)
+        for site in list(self.runner.sites):
+            await site.stop()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.shutdown_timeout
+        while self.state.in_flight and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        await self.runner.cleanup()
+
+
+async def start_webhook(config: WebhookConfig,
+                        metrics: WebhookMetrics | None = None) -> WebhookServer:
+    server = WebhookServer(config, new_state(config, metrics))
+    await server.start()
+    return server
+
+
+async def run_webhook(config: WebhookConfig) -> None:
+    """Serve until SIGTERM or SIGINT, then drain and stop."""
+    server = await start_webhook(config)
+    # Everything loaded so far lives as long as the process: keep the collector from
+    # re-scanning it on every full collection (reviews allocate many short-lived objects).
+    gc.freeze()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    scheme = "https" if config.cert_dir else "http"
+    log.info("berth webhook serving %s://%s:%d/mutate-pods on %s's loop (policy generation %s)",
+             scheme, config.host, server.port, loop_name(),
+             server.state.policies.policy.generation)
+    await stop.wait()
+    log.info("shutting down: draining in-flight reviews")
+    await server.stop()

@@ -1,0 +1,81 @@
+"""Every kustomize overlay renders, and what it renders keeps the deployment's promises."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from admission.certs import GPU_POD_CONDITION
+from admission.policy import check_text
+
+CONFIG = Path(__file__).resolve().parents[3] / "config"
+OVERLAYS = sorted(p.parent for p in (CONFIG / "overlays").glob("*/kustomization.yaml"))
+
+
+def render(path: Path) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is not installed: the manifests are rendered with "
+                    "`kubectl kustomize`; install kubectl (any version >= 1.27) to run this test")
+    proc = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, f"kubectl kustomize {path} failed:\n{proc.stderr}"
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def test_there_are_overlays() -> None:
+    assert {p.name for p in OVERLAYS} >= {"standalone", "cert-manager", "kueue", "volcano"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_overlay_renders_a_sound_installation(overlay: Path) -> None:
+    docs = render(overlay)
+    deploy = one(docs, "Deployment", "berth")
+    assert deploy["spec"]["replicas"] == 2
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    ctr = pod["containers"][0]
+    assert ctr["args"][0] == "serve" and ctr["securityContext"]["readOnlyRootFilesystem"]
+    assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+    hook = one(docs, "MutatingWebhookConfiguration", "berth")["webhooks"][0]
+    assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] <= 5
+    assert hook["rules"][0]["operations"] == ["CREATE"]
+    excluded = hook["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert "berth-system" in excluded and "kube-system" in excluded
+    (cond,) = hook["matchConditions"]
+    # CEL ignores whitespace outside literals, and these literals hold none.
+    assert "".join(cond["expression"].split()) == "".join(GPU_POD_CONDITION.split()), (
+        "config/base/webhook.yaml matchConditions drifted from admission.certs.GPU_POD_CONDITION")
+
+    policy_text = one(docs, "ConfigMap", "berth-policy")["data"]["policy.yaml"]
+    policy, issues = check_text(policy_text)
+    assert policy is not None, f"{overlay.name}: policy invalid: {issues}"
+    if overlay.name in ("kueue", "volcano"):
+        assert policy.release.backend == overlay.name
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_rbac_is_least_privilege(overlay: Path) -> None:
+    for doc in render(overlay):
+        if doc["kind"] not in ("ClusterRole", "Role"):
+            continue
+        for rule in doc.get("rules") or []:
+            where = f"{overlay.name}: {doc['kind']} {doc['metadata']['name']}"
+            assert "*" not in rule.get("verbs", []) and "*" not in rule.get("resources", []), where
+            if "secrets" in rule.get("resources", []):
+                assert not {"list", "watch"} & set(rule["verbs"]), f"{where} may list secrets"
+                assert "get" not in rule["verbs"] or rule.get("resourceNames"), where
+            if doc["kind"] == "ClusterRole" and "pods" in rule.get("resources", []):
+                assert not {"delete", "create", "update"} & set(rule["verbs"]), where

@@ -1,0 +1,91 @@
+"""The controller as it runs in ``berth serve``: watch threads, the Lease, the cycle loop and the
+fast path together, against the in-memory API server (watches fed by its writes)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+from admission import constants as c
+from admission.controller.api import Json
+from admission.controller.controller import Controller
+from tests.admission.controller.fakeapi import FakeApi
+from tests.admission.controller.harness import settings, solver_fn
+from tests.admission.controller.objects import node, pod
+
+
+class WatchedApi(FakeApi):
+    """FakeApi whose pod watch streams, to every watcher, the pods added through
+    :meth:`arrive` after the resource version the watcher asks for (as the API server does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[int, Json]] = []
+        self.lock = threading.Lock()
+
+    def arrive(self, p: Json) -> None:
+        with self.lock:
+            stored = self.add_pod(p)
+            self.log.append((int(stored["metadata"]["resourceVersion"]), stored))
+
+    def watch_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, Json]]:
+        seen = int(resource_version)
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            with self.lock:
+                new = [(rv, obj) for rv, obj in self.log if rv > seen]
+            for rv, obj in new:
+                seen = rv
+                yield "ADDED", obj
+            time.sleep(0.02)
+
+
+def wait_until(check, timeout: float = 20.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def released(api: FakeApi, key: str) -> bool:
+    return c.SCHEDULING_GATE not in [g["name"] for g in
+                                     api.pods[key]["spec"].get("schedulingGates") or []]
+
+
+def test_leader_releases_batch_at_the_window_and_fast_path_on_arrival() -> None:
+    api = WatchedApi()
+    api.add_node(node("n0"))
+    s = settings(window_seconds=1.0, fast_path_classes=frozenset({"inference"}))
+    ctl = Controller(api=api, settings=s, identity="r0", solve=solver_fn("bestfit"),
+                     fast_solve=solver_fn("bestfit"))
+    standby = Controller(api=api, settings=s, identity="r1", solve=solver_fn("bestfit"))
+    ctl.elector.retry_seconds = standby.elector.retry_seconds = 0.1
+    ctl.start()
+    try:
+        assert wait_until(lambda: ctl.elector.is_leader)
+        standby.start()
+        api.arrive(pod("train", gpus=2))
+        assert wait_until(lambda: released(api, "team-a/train"))
+        # A fast-path pod is released on arrival, well before a window would have passed...
+        s_fast = settings(window_seconds=60.0, fast_path_classes=frozenset({"inference"}))
+        ctl.update_settings(s_fast)
+        time.sleep(1.2)  # let the 1 s window that was already scheduled go by
+        api.arrive(pod("serve", gpus=1, milli=500, qos="inference"))
+        api.arrive(pod("batch", gpus=1))
+        assert wait_until(lambda: released(api, "team-a/serve"), timeout=5)
+        # ...while a batch pod waits for the (now 60 s) window.
+        assert not released(api, "team-a/batch")
+        assert not standby.elector.is_leader
+        assert ctl.metrics.registry.get_sample_value("berth_leader") == 1.0
+        # The leader stops and hands the Lease over; the standby leads at once and serves the
+        # batch pod that was waiting, from what the API server holds.
+        ctl.stop()
+        assert wait_until(lambda: standby.elector.is_leader, timeout=5)
+        standby.update_settings(settings(window_seconds=0.5))
+        assert wait_until(lambda: released(api, "team-a/batch"))
+    finally:
+        ctl.stop()
+        standby.stop()

@@ -1,0 +1,54 @@
+"""The solver runs in a worker process with a deadline; a worker that does not answer in time
+is killed and the window falls back to the greedy plan."""
+
+from __future__ import annotations
+
+from admission.controller.snapshot import build
+from admission.controller.solving import WorkerSolver
+from solver.checker import check
+from tests.admission.controller.fakeapi import FakeApi
+from tests.admission.controller.harness import controller
+from tests.admission.controller.objects import FakeClock, node, pod
+
+
+def snapshot():
+    api = FakeApi()
+    api.add_node(node("n0"))
+    for i in range(3):
+        api.add_pod(pod(f"p{i}", gpus=2))
+    ctl = controller(api, FakeClock())
+    return build(ctl.inventory.view(), ctl.settings, FakeClock()()).snapshot
+
+
+def test_worker_process_solves_with_cpsat() -> None:
+    snap = snapshot()
+    worker = WorkerSolver(solver="cpsat", time_limit=2.0, grace_seconds=60)
+    try:
+        plan = worker(snap)
+    finally:
+        worker.close()
+    assert len(plan.admitted) == 3 and not check(snap, plan)
+    assert plan.stats.solver == "cpsat" and not plan.stats.fallback
+
+
+def test_no_answer_in_time_falls_back_to_greedy() -> None:
+    snap = snapshot()
+    # A deadline nobody can meet (spawning the worker alone takes longer).
+    worker = WorkerSolver(solver="cpsat", time_limit=0.01, grace_seconds=0.0)
+    try:
+        plan = worker(snap)
+    finally:
+        worker.close(kill=True)
+    assert plan.stats.fallback and plan.stats.status == "GREEDY"
+    assert len(plan.admitted) == 3 and not check(snap, plan)
+
+
+def test_no_fallback_defers_everything_with_the_reason() -> None:
+    snap = snapshot()
+    worker = WorkerSolver(solver="cpsat", time_limit=0.01, grace_seconds=0.0, fallback=None)
+    try:
+        plan = worker(snap)
+    finally:
+        worker.close(kill=True)
+    assert not plan.admitted and {d.reason for d in plan.deferred} == {
+        "the solver did not answer in time; retrying next window"}
