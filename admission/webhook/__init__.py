@@ -7,7 +7,8 @@
   vocabulary, the scheduling gate).
 - :mod:`~admission.webhook.demand`: the pod's GPU demand read from its spec.
 - :mod:`~admission.webhook.gang`: a pod's gang identity from the vocabularies users already write.
-- :mod:`~admission.webhook.patch`: the RFC 6902 patch the review answers with.
+- :mod:`~admission.webhook.patch`: the builder of the JSON patch the review answers with
+  (pointers and ops from :mod:`admission.jsonpatch`).
 - :mod:`~admission.webhook.types`: the AdmissionReview as TypedDicts.
 
 This package imports nothing from :mod:`admission.controller` (an import-linter contract):

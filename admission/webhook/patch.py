@@ -1,36 +1,18 @@
-"""JSON Patch (RFC 6902) for a pod, built against the pod as it arrived.
+"""The webhook's JSON Patch for a pod, built against the pod as it arrived.
 
 A JSON Patch cannot add ``/metadata/labels/x`` when ``labels`` does not exist, and ``add`` on an
 existing member replaces it; :class:`PatchBuilder` knows both, creating parent maps once and
-remembering what it created, so callers just say which value goes where.
+remembering what it created, so callers just say which value goes where. Pointers and ops come
+from :mod:`admission.jsonpatch`; what stays here is the builder and the caches that keep it off
+the review's cost.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
 from typing import Any
 
-from admission.webhook.types import PatchOp
-
-Part = str | int
-
-
-@lru_cache(maxsize=4096)
-def escape(token: str) -> str:
-    """One JSON Pointer reference token (RFC 6901): ``~`` and ``/`` escaped."""
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def pointer(parts: Sequence[Part]) -> str:
-    return _pointer(tuple(parts))
-
-
-@lru_cache(maxsize=4096)
-def _pointer(parts: tuple[Part, ...]) -> str:
-    # The same few paths recur on every pod: build each once.
-    return "".join("/" + escape(str(p)) for p in parts)
-
+from admission.jsonpatch import Part, PatchOp, escape, pointer
 
 # Pointer of each member of a map, by the map's pointer: a plain dictionary look-up per key
 # (cheaper than a two-argument cache call); merge_map runs for every key Berth sets.

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from admission import constants as c
+from admission.jsonpatch import PatchOp, pointer
 from admission.policy import Policy, Tenant
 from admission.sharing import SharingAdapter, SharingError, Translation, adapter_for
 from admission.webhook.demand import (
@@ -30,12 +31,11 @@ from admission.webhook.demand import (
     string_map,
 )
 from admission.webhook.gang import GangError, GangIdentity, identify_gang
-from admission.webhook.patch import PatchBuilder, pointer
+from admission.webhook.patch import PatchBuilder
 from admission.webhook.types import (
     AdmissionRequest,
     AdmissionResponse,
     AdmissionReviewResponse,
-    PatchOp,
 )
 
 try:  # orjson parses and serialises reviews several times faster than the standard library

@@ -61,9 +61,3 @@ class AdmissionReviewResponse(TypedDict):
     apiVersion: str
     kind: Literal["AdmissionReview"]
     response: AdmissionResponse
-
-
-class PatchOp(TypedDict, total=False):
-    op: Literal["add", "remove", "replace"]
-    path: str
-    value: Any
