@@ -9,7 +9,7 @@ Gone, anything else ApiError) with the server's own message.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from kubernetes import client, config, watch
@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from admission.controller.api import ApiError, Conflict, Gone, Json, NotFound
+from admission.jsonpatch import PatchOp
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -133,7 +134,7 @@ class KubeApi:
         except NotFound:
             return None
 
-    def patch_pod(self, namespace: str, name: str, ops: list[Json]) -> Json:
+    def patch_pod(self, namespace: str, name: str, ops: Sequence[PatchOp]) -> Json:
         return _call(self.core.patch_namespaced_pod, name, namespace, ops,
                      _content_type=JSON_PATCH, _request_timeout=self.timeout)
 
@@ -194,6 +195,6 @@ class KubeApi:
         except NotFound:
             return None
 
-    def patch_webhook_config(self, name: str, ops: list[Json]) -> Json:
+    def patch_webhook_config(self, name: str, ops: Sequence[PatchOp]) -> Json:
         return _call(self.admission.patch_mutating_webhook_configuration, name, ops,
                      _content_type=JSON_PATCH, _request_timeout=self.timeout)

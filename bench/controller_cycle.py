@@ -23,6 +23,7 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from admission import jsonpatch  # noqa: E402
 from admission.controller.controller import Controller  # noqa: E402
-from admission.controller.placement import apply_ops  # noqa: E402
 from admission.controller.settings import Settings  # noqa: E402
 from admission.controller.solving import WorkerSolver  # noqa: E402
+from admission.jsonpatch import PatchOp  # noqa: E402
 from solver.types import Tenant  # noqa: E402
 
 RECORDED = REPO / "tests" / "controller" / "recorded"
@@ -64,10 +66,10 @@ class MemoryApi:
     def get_pod(self, namespace: str, name: str) -> Json | None:
         return self.pods.get(f"{namespace}/{name}")
 
-    def patch_pod(self, namespace: str, name: str, ops: list[Json]) -> Json:
+    def patch_pod(self, namespace: str, name: str, ops: Sequence[PatchOp]) -> Json:
         key = f"{namespace}/{name}"
         self.rv += 1
-        new = apply_ops(self.pods[key], ops)
+        new = jsonpatch.apply(self.pods[key], ops)
         new["metadata"]["resourceVersion"] = str(self.rv)
         self.pods[key] = new
         self.writes += 1

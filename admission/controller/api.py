@@ -8,8 +8,10 @@ these methods.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
+
+from admission.jsonpatch import PatchOp
 
 Json = dict[str, Any]
 
@@ -41,7 +43,7 @@ class ClusterApi(Protocol):
     def watch_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, Json]]:
         ...
     def get_pod(self, namespace: str, name: str) -> Json | None: ...
-    def patch_pod(self, namespace: str, name: str, ops: list[Json]) -> Json: ...
+    def patch_pod(self, namespace: str, name: str, ops: Sequence[PatchOp]) -> Json: ...
     def set_pod_condition(self, namespace: str, name: str, condition: Json) -> Json: ...
     # nodes
     def list_nodes(self) -> tuple[list[Json], str]: ...

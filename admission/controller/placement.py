@@ -20,35 +20,28 @@ it to its own patches before sending them.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 from admission import constants as c
 from admission.controller import keys
 from admission.controller.translate import Obj, annotations_of, labels, meta, spec
-
-Op = dict[str, Any]
-
-
-def pointer(*parts: str | int) -> str:
-    """A JSON pointer (RFC 6901) with ``~`` and ``/`` escaped in each part."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+from admission.jsonpatch import PatchOp, pointer
 
 
 def _map_ops(section: str, current: Mapping[str, str] | None, want: Mapping[str, str],
-             obj_meta: Obj) -> list[Op]:
+             obj_meta: Obj) -> list[PatchOp]:
     todo = {k: v for k, v in want.items() if (current or {}).get(k) != v}
     if not todo:
         return []
     if obj_meta.get(section) is None:
-        return [{"op": "add", "path": pointer("metadata", section), "value": dict(todo)}]
-    return [{"op": "add", "path": pointer("metadata", section, k), "value": v}
+        return [{"op": "add", "path": pointer(("metadata", section)), "value": dict(todo)}]
+    return [{"op": "add", "path": pointer(("metadata", section, k)), "value": v}
             for k, v in sorted(todo.items())]
 
 
 def placement_ops(pod: Obj, *, annotations_: Mapping[str, str],
-                  labels_: Mapping[str, str]) -> list[Op]:
+                  labels_: Mapping[str, str]) -> list[PatchOp]:
     """Set ``annotations_`` and ``labels_`` on the pod; ``[]`` when all are already set."""
     m = meta(pod)
     ops = _map_ops("annotations", annotations_of(pod), annotations_, m)
@@ -66,7 +59,7 @@ def _pinned_term(term: Mapping[str, Any], node: str) -> bool:
     return pin_requirement(node) in (term.get("matchFields") or [])
 
 
-def affinity_ops(pod: Obj, node: str) -> list[Op]:
+def affinity_ops(pod: Obj, node: str) -> list[PatchOp]:
     """Pin the pod to ``node`` through required node affinity under KEP-3838's rules; ``[]`` when
     every term already carries the pin."""
     s = spec(pod)
@@ -86,7 +79,7 @@ def affinity_ops(pod: Obj, node: str) -> list[Op]:
             return [{"op": "add", "path": "/spec/affinity/nodeAffinity",
                      "value": {"requiredDuringSchedulingIgnoredDuringExecution": new_required}}]
         return [{"op": "add", "path": base, "value": new_required}]
-    ops: list[Op] = []
+    ops: list[PatchOp] = []
     for i, term in enumerate(terms):
         if _pinned_term(term, node):
             continue
@@ -99,7 +92,7 @@ def affinity_ops(pod: Obj, node: str) -> list[Op]:
     return ops
 
 
-def release_ops(pod: Obj, node: str) -> list[Op]:
+def release_ops(pod: Obj, node: str) -> list[PatchOp]:
     """Pin to ``node`` and remove Berth's gate (only Berth's) in one guarded update; ``[]`` when
     the gate is already gone."""
     gates = [g.get("name") for g in spec(pod).get("schedulingGates") or []]
@@ -169,43 +162,3 @@ def tightening_errors(old: Obj, new: Obj) -> list[str]:
                          if rest_old.get(k) != rest_new.get(k))
         errors.append(f"spec.{changed[0]}: immutable")
     return errors
-
-
-def apply_ops(obj: Obj, ops: list[Op]) -> dict[str, Any]:
-    """Apply a JSON patch to a copy of ``obj`` (add, remove, replace, test): what the API
-    server will store, used to check a patch before it is sent."""
-    doc: dict[str, Any] = copy.deepcopy(dict(obj))
-    for op in ops:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-        parent: Any = doc
-        for p in parts[:-1]:
-            parent = parent[int(p)] if isinstance(parent, list) else parent[p]
-        last = parts[-1]
-        kind = op["op"]
-        if kind == "test":
-            here = parent[int(last)] if isinstance(parent, list) else parent.get(last)
-            if here != op["value"]:
-                raise PatchConflict(f"test failed at {op['path']}: {here!r} != {op['value']!r}")
-        elif kind == "add":
-            value = copy.deepcopy(op["value"])
-            if isinstance(parent, list):
-                parent.insert(len(parent) if last == "-" else int(last), value)
-            else:
-                parent[last] = value
-        elif kind == "remove":
-            if isinstance(parent, list):
-                parent.pop(int(last))
-            else:
-                del parent[last]
-        elif kind == "replace":
-            if isinstance(parent, list):
-                parent[int(last)] = copy.deepcopy(op["value"])
-            else:
-                parent[last] = copy.deepcopy(op["value"])
-        else:
-            raise ValueError(f"unsupported JSON patch op {kind!r}")
-    return doc
-
-
-class PatchConflict(Exception):
-    """A ``test`` operation failed: the object changed since it was read."""

@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from admission import constants as c
+from admission import jsonpatch
 from admission.backends.base import Backend
 from admission.controller import placement as pl
 from admission.controller import translate as tr
@@ -37,6 +38,7 @@ from admission.controller.api import ApiError, ClusterApi, Conflict, NotFound
 from admission.controller.snapshot import GangInfo
 from admission.controller.translate import Obj
 from admission.controller.writers import Writers
+from admission.jsonpatch import PatchOp
 from solver.plan import GangPlacement, PodPlacement
 from solver.types import GpuShare
 
@@ -87,7 +89,7 @@ class Releaser:
         self._pods = Writers(writers, "berth-release-pod")
 
     # ------------------------------------------------------------------ helpers
-    def _patch(self, pod: Obj, make: Callable[[Obj], list[pl.Op]]) -> tuple[Obj, bool]:
+    def _patch(self, pod: Obj, make: Callable[[Obj], list[PatchOp]]) -> tuple[Obj, bool]:
         """Apply the ops ``make`` computes from the pod; on a conflict read the pod again and
         retry once. Returns the pod as stored and whether anything changed."""
         for attempt in range(2):
@@ -95,7 +97,7 @@ class Releaser:
             if not ops:
                 return pod, False
             touches_spec = any(not op["path"].startswith("/metadata/") for op in ops)
-            problems = pl.tightening_errors(pod, pl.apply_ops(pod, ops)) if touches_spec else []
+            problems = pl.tightening_errors(pod, jsonpatch.apply(pod, ops)) if touches_spec else []
             if problems:  # a bug in this module, never the user's: refuse to send it
                 raise ApiError(0, f"refusing a patch KEP-3838 forbids: {'; '.join(problems)}")
             m = tr.meta(pod)
@@ -115,11 +117,11 @@ class Releaser:
         raise AssertionError("unreachable")
 
     def _placement_ops(self, node: str, shares: tuple[GpuShare, ...], plan: str,
-                       info: GangInfo) -> Callable[[Obj], list[pl.Op]]:
+                       info: GangInfo) -> Callable[[Obj], list[PatchOp]]:
         queue = self.queues.get(info.tenant)
         labels, extra = self.backend.pod_metadata(info, queue)
 
-        def make(current: Obj) -> list[pl.Op]:
+        def make(current: Obj) -> list[PatchOp]:
             want = tr.assignment_annotations(node, shares, plan, rfc3339(self.clock()))
             ann = tr.annotations_of(current)
             if all(ann.get(k) == v for k, v in want.items() if k != c.ANNOTATION_ASSIGNED_AT):

@@ -14,11 +14,13 @@ from __future__ import annotations
 import base64
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
 from admission.certs import CA_CERT, TLS_CERT, TLS_KEY, generate
 from admission.controller.api import Conflict, Json
+from admission.jsonpatch import PatchOp
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +29,7 @@ class CertApi(Protocol):
     def get_secret(self, namespace: str, name: str) -> Json | None: ...
     def create_secret(self, namespace: str, secret: Json) -> Json: ...
     def get_webhook_config(self, name: str) -> Json | None: ...
-    def patch_webhook_config(self, name: str, ops: list[Json]) -> Json: ...
+    def patch_webhook_config(self, name: str, ops: Sequence[PatchOp]) -> Json: ...
 
 
 def service_names(service: str, namespace: str) -> tuple[str, list[str]]:
@@ -73,10 +75,10 @@ def write_files(cert_dir: Path, files: dict[str, bytes]) -> None:
         os.replace(tmp, path)
 
 
-def ca_bundle_ops(config: Json, ca_pem: bytes) -> list[Json]:
+def ca_bundle_ops(config: Json, ca_pem: bytes) -> list[PatchOp]:
     """JSON patch setting every webhook's caBundle to ``ca_pem``; [] when all already match."""
     want = base64.b64encode(ca_pem).decode()
-    ops: list[Json] = []
+    ops: list[PatchOp] = []
     for i, hook in enumerate(config.get("webhooks") or []):
         if (hook.get("clientConfig") or {}).get("caBundle") != want:
             ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle",

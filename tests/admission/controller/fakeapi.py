@@ -1,7 +1,8 @@
 """An in-memory API server for the controller's unit tests.
 
 It stores pods, nodes, events, leases and custom objects as JSON, bumps resourceVersion on each
-write, applies JSON patches with its own applier (independent of the controller's) and enforces
+write, applies JSON patches with :func:`admission.jsonpatch.apply` (answering a patch that does
+not apply, a failed ``test`` above all, with the bare 422 the API server sends) and enforces
 the API server's update rules for pods that matter here: KEP-3838 (a gated pod's scheduling
 directives may only be tightened; gates never added) and immutability of everything else in the
 spec. Failure injection: ``fail_after`` makes the n-th following pod patch raise, to simulate a
@@ -12,48 +13,24 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
 
+from admission import jsonpatch
 from admission.controller.api import ApiError, Conflict, Json, NotFound
+from admission.jsonpatch import PatchOp
 
 
 class Crash(Exception):
     """Raised by an injected failure: the controller 'dies' here."""
 
 
-def _unescape(part: str) -> str:
-    return part.replace("~1", "/").replace("~0", "~")
-
-
-def json_patch(doc: Json, ops: list[Json]) -> Json:
-    out = copy.deepcopy(doc)
-    for op in ops:
-        *parents, last = [_unescape(p) for p in op["path"].lstrip("/").split("/")]
-        target: Any = out
-        for p in parents:
-            target = target[int(p)] if isinstance(target, list) else target[p]
-        name = op["op"]
-        if name == "test":
-            value = target[int(last)] if isinstance(target, list) else target.get(last)
-            if value != op["value"]:
-                raise Conflict(422, f"the server rejected our request due to an error in our "
-                                    f"request: test at {op['path']} failed")
-        elif name == "add" and isinstance(target, list):
-            target.insert(len(target) if last == "-" else int(last), copy.deepcopy(op["value"]))
-        elif name in ("add", "replace"):
-            if isinstance(target, list):
-                target[int(last)] = copy.deepcopy(op["value"])
-            else:
-                target[last] = copy.deepcopy(op["value"])
-        elif name == "remove":
-            if isinstance(target, list):
-                del target[int(last)]
-            else:
-                del target[last]
-        else:
-            raise ApiError(400, f"bad op {name}")
-    return out
+def json_patch(doc: Json, ops: Sequence[PatchOp]) -> Json:
+    """``doc`` after ``ops``, or the API server's answer to a patch that does not apply."""
+    try:
+        return jsonpatch.apply(doc, ops)
+    except jsonpatch.PatchError as err:
+        raise Conflict(422, f"the server rejected our request due to an error in our "
+                            f"request: {err}") from None
 
 
 def _terms(pod: Json) -> list[Json] | None:
@@ -101,7 +78,7 @@ class FakeApi:
         self.events: list[Json] = []
         self.leases: dict[str, Json] = {}
         self.custom: dict[tuple[str, str, str], Json] = {}
-        self.patches: list[tuple[str, list[Json]]] = []
+        self.patches: list[tuple[str, Sequence[PatchOp]]] = []
         self._rv = itertools.count(1000)
         self.fail_after: int | None = None  # the n-th next pod patch crashes
 
@@ -149,7 +126,7 @@ class FakeApi:
         pod = self.pods.get(f"{namespace}/{name}")
         return copy.deepcopy(pod) if pod else None
 
-    def patch_pod(self, namespace: str, name: str, ops: list[Json]) -> Json:
+    def patch_pod(self, namespace: str, name: str, ops: Sequence[PatchOp]) -> Json:
         key = f"{namespace}/{name}"
         if self.fail_after is not None:
             if self.fail_after == 0:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from admission import constants as c
+from admission import jsonpatch
 from admission.controller import placement as pl
+from admission.controller.api import Conflict
 from tests.admission.controller.fakeapi import FakeApi, validate_pod_update
 from tests.admission.controller.objects import pod
 
@@ -16,7 +18,7 @@ ZONE = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z"]}
 
 
 def released(p: dict, node: str = "n1") -> dict:
-    new = pl.apply_ops(p, pl.release_ops(p, node))
+    new = jsonpatch.apply(p, pl.release_ops(p, node))
     validate_pod_update(p, new)  # the API server's rules
     assert pl.tightening_errors(p, new) == []
     return new
@@ -72,7 +74,7 @@ def test_placement_ops_are_idempotent_and_create_missing_maps() -> None:
     p = pod("a")
     del p["metadata"]["labels"]
     ops = pl.placement_ops(p, annotations_={"x/y": "1"}, labels_={"l": "v"})
-    new = pl.apply_ops(p, ops)
+    new = jsonpatch.apply(p, ops)
     assert new["metadata"]["labels"] == {"l": "v"}
     assert new["metadata"]["annotations"]["x/y"] == "1"
     assert pl.placement_ops(new, annotations_={"x/y": "1"}, labels_={"l": "v"}) == []
@@ -83,8 +85,8 @@ def test_guarded_by_uid_and_gate() -> None:
     ops = pl.release_ops(p, "n1")
     other = pod("a")
     other["metadata"]["uid"] = "recreated"
-    with pytest.raises(pl.PatchConflict):
-        pl.apply_ops(other, ops)
+    with pytest.raises(jsonpatch.PatchConflict):
+        jsonpatch.apply(other, ops)
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -96,7 +98,7 @@ def test_guarded_by_uid_and_gate() -> None:
 def test_tightening_errors_name_the_field(mutate, message) -> None:
     old = pod("a")
     old["spec"]["nodeSelector"] = {"kubernetes.io/os": "linux"}
-    new = pl.apply_ops(old, [])
+    new = jsonpatch.apply(old, [])
     mutate(new["spec"])
     errors = pl.tightening_errors(old, new)
     assert errors and message in " ".join(errors)
@@ -109,3 +111,15 @@ def test_fake_api_server_accepts_the_release() -> None:
     stored = api.pods["team-a/a"]
     assert terms(stored)[0]["matchFields"] == [PIN]
     api.bind("team-a/a", "n1")
+
+
+def test_fake_api_server_refuses_a_release_of_a_recreated_pod() -> None:
+    api = FakeApi()
+    p = api.add_pod(pod("a"))
+    ops = pl.release_ops(p, "n1")
+    api.pods["team-a/a"]["metadata"]["uid"] = "recreated"
+    before = api.pods["team-a/a"]
+    with pytest.raises(Conflict) as refused:
+        api.patch_pod("team-a", "a", ops)
+    assert refused.value.status == 422 and "test failed at /metadata/uid" in refused.value.message
+    assert api.pods["team-a/a"] is before and api.patches == []

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 import copy
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography import x509
 
+from admission import jsonpatch
 from admission.controller import selfsigned
 from admission.controller.api import Conflict, Json
+from admission.jsonpatch import PatchOp
 
 
 class CertStore:
@@ -37,11 +40,9 @@ class CertStore:
     def get_webhook_config(self, name: str) -> Json | None:
         return copy.deepcopy(self.webhook)
 
-    def patch_webhook_config(self, name: str, ops: list[Json]) -> Json:
+    def patch_webhook_config(self, name: str, ops: Sequence[PatchOp]) -> Json:
         self.patches += 1
-        for op in ops:
-            i = int(op["path"].split("/")[2])
-            self.webhook["webhooks"][i]["clientConfig"]["caBundle"] = op["value"]
+        self.webhook = jsonpatch.apply(self.webhook, ops)
         return self.webhook
 
 
