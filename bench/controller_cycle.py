@@ -38,7 +38,7 @@ from admission.controller.solving import WorkerSolver  # noqa: E402
 from admission.jsonpatch import PatchOp  # noqa: E402
 from solver.types import Tenant  # noqa: E402
 
-RECORDED = REPO / "tests" / "controller" / "recorded"
+RECORDED = REPO / "tests" / "admission" / "controller" / "recorded"
 T0 = datetime(2026, 11, 29, 14, 0, 0, tzinfo=UTC)
 Json = dict[str, Any]
 

@@ -50,7 +50,11 @@ def payloads() -> dict[str, dict[str, Any]]:
 def worker(calls: int, batches: int) -> None:
     """Measure in this process (whichever ``admission`` is first on sys.path); print JSON."""
     from admission.policy import load_policy
-    from admission.webhook import review
+
+    try:
+        from admission.webhook import review
+    except ImportError:  # a checkout from before admission/webhook/ was a package
+        from admission.review import review  # type: ignore[no-redef]
 
     policy = load_policy(POLICY)
     out: dict[str, list[float]] = {}
@@ -91,8 +95,9 @@ def main() -> int:
     if args.worker:
         worker(args.calls, args.batches)
         return 0
-    if args.before is not None and not (args.before / "admission" / "review.py").is_file():
-        raise SystemExit(f"--before {args.before}: no admission/review.py there; create it "
+    if args.before is not None and not any(
+            (args.before / "admission" / f).is_file() for f in ("webhook/review.py", "review.py")):
+        raise SystemExit(f"--before {args.before}: no admission/ with a review there; create it "
                          f"with: git archive HEAD admission | tar -x -C {args.before}")
     versions = {"after": REPO} | ({"before": args.before.resolve()} if args.before else {})
     samples: dict[str, dict[str, list[float]]] = {v: {} for v in versions}
