@@ -1,9 +1,9 @@
 """One entry point for every placement policy: ``solve(snapshot, solver=...) -> Plan``.
 
 The CP-SAT path (:func:`solver.cpsat.solve.solve_cpsat`) is always feasible and on time: a
-greedy plan is its hint, fallback and floor, the checker judges what CP-SAT returns, and every
-deferred gang gets a reason. Large clusters or windows are split into sub-problems solved in
-parallel (:mod:`solver.partition`).
+greedy plan is its hint, fallback and floor, the checker (passed in from here: the solvers do
+not import it) judges what CP-SAT returns, and every deferred gang gets a reason. Large
+clusters or windows are split into sub-problems solved in parallel (:mod:`solver.partition`).
 
 Deterministic for a fixed seed and worker count: CP-SAT runs under a deterministic time budget
 sized from the time limit alone; the wall-clock limit only guards against a slow machine
@@ -18,6 +18,7 @@ from typing import Literal
 
 from solver import partition
 from solver.baselines import place
+from solver.checker import check
 from solver.cpsat.reasons import deferrals
 from solver.cpsat.solve import solve_cpsat
 from solver.plan import Plan, SolveStats
@@ -60,5 +61,6 @@ def solve(
     parts = partitions if partitions is not None else partition.auto_partitions(snapshot)
     if parts > 1:
         return partition.solve_partitioned(snapshot, parts=parts, time_limit=time_limit,
-                                           seed=seed, workers=workers, processes=processes)
-    return solve_cpsat(snapshot, time_limit=time_limit, seed=seed, workers=workers)
+                                           seed=seed, workers=workers, judge=check,
+                                           processes=processes)
+    return solve_cpsat(snapshot, time_limit=time_limit, seed=seed, workers=workers, judge=check)

@@ -3,7 +3,9 @@
 CP-SAT, the greedy baselines, the simulator and the live controller all call :func:`check`
 before trusting a plan, so a bug in any model shows up as a violation instead of an
 overcommitted GPU. The checker re-derives everything from the snapshot and never trusts the
-plan's own bookkeeping.
+plan's own bookkeeping. The rule definitions it shares with the solvers (:mod:`solver.rules`:
+GPU memory demand, topology domains, quota, sharing) are stated once, so that a solver and its
+judge mean the same rule; no solver imports this module.
 
 Rules (each a :class:`Kind`):
 
@@ -21,36 +23,25 @@ Rules (each a :class:`Kind`):
   units, or a GPU's memory is over-committed. Only resources the plan touches are judged, so
   an already overcommitted node the plan leaves alone is not the plan's fault.
 - ``topology``: a gang with a *required* topology spans more than one domain of its level
-  (see :func:`topology_domain`).
-- ``quota``: the tenant rule of :func:`quota_violations`.
+  (see :func:`solver.rules.topology_domain`).
+- ``quota``: the tenant rule of :func:`solver.rules.quota_problems`.
 - ``interference``: pods share a GPU although a QoS class forbids it
   (:attr:`QoSProfile.exclusive`, :attr:`QoSProfile.no_share_with`, in either direction), or a
-  latency-sensitive pod's predicted latency there exceeds its SLO (:func:`sharing_problem`).
+  latency-sensitive pod's predicted latency there exceeds its SLO
+  (:func:`solver.rules.sharing_problem`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from solver.eligibility import why_not
-from solver.interference import may_share, profile_for, resolve_profiles, within_slo
 from solver.plan import GangPlacement, Plan
+from solver.rules import gpu_memory_demand, plan_quota_problems, sharing_problem, topology_domain
 from solver.state import FreeState, node_free
-from solver.types import (
-    GPU,
-    MILLI,
-    Gang,
-    GpuShare,
-    Node,
-    PodRequest,
-    Snapshot,
-    SolverPolicy,
-    Tenant,
-    TopologyMode,
-)
+from solver.types import GPU, MILLI, Gang, GpuShare, Node, PodRequest, Snapshot, TopologyMode
 
 
 class Kind(StrEnum):
@@ -85,115 +76,9 @@ class InfeasiblePlan(AssertionError):
         self.violations = violations
 
 
-# --------------------------------------------------------------------------------------------
-# Shared rule definitions (the CP-SAT model and the baselines use the same ones)
-# --------------------------------------------------------------------------------------------
-
-
-def gpu_memory_demand(pod: PodRequest, gpu: GPU, milli: int) -> int:
-    """GPU memory (MiB) a pod takes on ``gpu`` for a share of ``milli``.
-
-    An explicit ``gpu_memory_mib`` is per GPU; otherwise memory is taken in proportion to the
-    compute share, which is how running pods are accounted in :mod:`solver.state`.
-    """
-    if pod.gpu_memory_mib > 0:
-        return pod.gpu_memory_mib
-    return gpu.memory_mib * milli // MILLI
-
-
-def topology_domain(node: Node, gpu: GPU | None, level: str) -> str | None:
-    """The domain of ``level`` that a pod on ``node`` (holding ``gpu``) is in; None: in none.
-
-    ``nvlink``: the GPU's ``nvlink_domain``; a GPU without one is a domain of its own
-    (``node/gpu-index``), so a PCIe-only multi-GPU pod spans several domains. A pod without a
-    GPU is in no NVLink domain and does not count at that level. ``node``: the node's name.
-    Any other level: ``node.topology[level]``; a node without that label is in no domain and
-    cannot host a gang that requires the level.
-    """
-    if level == "nvlink":
-        if gpu is None:
-            return None
-        return gpu.nvlink_domain or f"{node.name}/gpu-{gpu.index}"
-    if level == "node":
-        return node.name
-    return node.topology.get(level)
-
-
-def quota_usage_milli(snapshot: Snapshot, plan: Plan | None = None) -> dict[str, int]:
-    """GPU milli in use per tenant: running pods with a tenant plus, given a plan, its gangs."""
-    used: dict[str, int] = defaultdict(int)
-    for r in snapshot.running:
-        if r.tenant is not None:
-            milli = 0
-            for s in r.gpus:
-                milli += s.milli
-            used[r.tenant] += milli
-    if plan is not None:
-        gangs = {g.name: g for g in snapshot.gangs}
-        for gp in plan.admitted:
-            gang = gangs.get(gp.gang)
-            if gang is not None:
-                used[gang.tenant] += gang.gpu_demand_milli
-    return dict(used)
-
-
-def quota_problems(
-    tenants: Sequence[Tenant], used: Mapping[str, int], admitting: Iterable[str]
-) -> list[str]:
-    """The tenant quota rule, in GPU milli units, on usage *after* a plan.
-
-    ``used[t]`` is tenant t's GPU milli after the plan (running pods that name t plus the gangs
-    the plan admits for t) and ``quota[t]`` its ``quota_milli`` (None: unlimited, never over).
-    ``over[t] = max(0, used[t] - quota[t])`` is what t borrows and
-    ``idle[t] = max(0, quota[t] - used[t])`` what it lends. Every tenant t the plan admits
-    anything for (``admitting``) must have:
-
-    1. ``over[t] == 0`` unless ``t.can_borrow``;
-    2. ``over[t] <= t.borrow_limit_milli`` when that limit is set;
-    3. if ``over[t] > 0``: ``sum(over) <= sum(idle)`` over all declared tenants, i.e. all
-       borrowing together fits in the quota that others leave idle after the plan.
-
-    Tenants the plan admits nothing for are not judged, so quotas lowered below what already
-    runs do not make every plan infeasible. Undeclared tenants have no quota.
-    """
-    over: dict[str, int] = {}
-    idle: dict[str, int] = {}
-    for t in tenants:
-        if t.quota_milli is None:
-            continue
-        u = used.get(t.name, 0)
-        over[t.name] = max(0, u - t.quota_milli)
-        idle[t.name] = max(0, t.quota_milli - u)
-    wanted = set(admitting)
-    out: list[str] = []
-    pool_checked = False
-    for t in tenants:
-        if t.name not in wanted or over.get(t.name, 0) == 0:
-            continue
-        o = over[t.name]
-        head = (f"tenant {t.name} uses {used.get(t.name, 0)} milli-GPU, over its quota of "
-                f"{t.quota_milli}")
-        if not t.can_borrow:
-            out.append(f"{head} and may not borrow")
-        elif t.borrow_limit_milli is not None and o > t.borrow_limit_milli:
-            out.append(f"{head}: borrows {o}, above its borrow limit of {t.borrow_limit_milli}")
-        if not pool_checked:
-            pool_checked = True
-            borrowed, lendable = sum(over.values()), sum(idle.values())
-            if borrowed > lendable:
-                out.append(f"tenants borrow {borrowed} milli-GPU in all but only {lendable} of "
-                           "others' quota is idle")
-    return out
-
-
 def quota_violations(snapshot: Snapshot, plan: Plan) -> list[Violation]:
-    """:func:`quota_problems` of the usage after ``plan``, as violations."""
-    if not snapshot.tenants:
-        return []
-    gangs = {g.name: g for g in snapshot.gangs}
-    admitting = {gangs[gp.gang].tenant for gp in plan.admitted if gp.gang in gangs}
-    used = quota_usage_milli(snapshot, plan)
-    return [Violation(Kind.QUOTA, m) for m in quota_problems(snapshot.tenants, used, admitting)]
+    """:func:`solver.rules.plan_quota_problems`, as violations."""
+    return [Violation(Kind.QUOTA, m) for m in plan_quota_problems(snapshot, plan)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -396,31 +281,6 @@ def _capacity_violations(
             out.append(Violation(Kind.CAPACITY, f"node {name} GPU {index}: GPU memory "
                                  f"over-committed by {-f.gpu_memory_mib[index]} MiB"))
     return out
-
-
-def sharing_problem(policy: SolverPolicy, classes: Sequence[str | None]) -> str | None:
-    """Why pods of ``classes`` may not hold one GPU together (None: they may).
-
-    The classes in force are :func:`solver.interference.resolve_profiles` of the policy's
-    ``qos_classes`` (unknown or missing classes count as an ordinary busy neighbour). Two
-    members may not meet when either is exclusive or bans the other; every latency-sensitive
-    member's predicted latency must stay within its SLO.
-    """
-    if len(classes) < 2:
-        return None
-    profiles = resolve_profiles(policy.qos_classes)
-    group = [profile_for(c, profiles) for c in classes]
-    for i, a in enumerate(group):
-        for b in group[i + 1 :]:
-            if not may_share(a, b):
-                culprit = a if a.exclusive else b if b.exclusive else None
-                if culprit is not None:
-                    return f"class {culprit.name} is exclusive"
-                return f"classes {a.name} and {b.name} may not share a GPU"
-    for i, p in enumerate(group):
-        if not within_slo(p, [*group[:i], *group[i + 1 :]]):
-            return f"class {p.name} would miss its SLO of {p.slo_ms} ms"
-    return None
 
 
 def _interference_violations(

@@ -21,7 +21,7 @@ Up to :data:`WHOLE_GREEDY_MAX_NODES` nodes, the whole-cluster best-fit plan is c
 before the split: each gang it admits goes to the part that holds its nodes (a gang it spreads
 over parts is kept as placed, as running pods of those parts), and each part is hinted with
 its share of that plan. Each part runs the
-CP-SAT path (model, checker, keep-better, reasons) from that hint, so the merged plan admits
+CP-SAT path (model, judge, keep-better, reasons) from that hint, so the merged plan admits
 at least the priority-weighted GPU demand of the whole-cluster greedy plan (the floor
 :func:`solver.cpsat.solve.plan_value`, additive over parts); a final comparison keeps the
 greedy plan should merging ever lose some of it.
@@ -40,10 +40,10 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import replace
 
 from solver.baselines import ClusterArrays, gang_order
-from solver.checker import quota_usage_milli, quota_violations
 from solver.cpsat.reasons import deferrals, quota_reason
-from solver.cpsat.solve import greedy_hint, plan_value, solve_cpsat
+from solver.cpsat.solve import Judge, greedy_hint, plan_value, solve_cpsat
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
+from solver.rules import plan_quota_problems, quota_usage_milli
 from solver.types import MILLI, Gang, Node, Running, Snapshot, Tenant
 
 # Sizes past which one model gets slow; see bench/solve_scale.md for the curve.
@@ -130,7 +130,7 @@ def _assign_gangs(gangs: Sequence[Gang], room: list[dict[str, int]]) -> list[lis
 def tenant_caps(snapshot: Snapshot, run: dict[str, int] | None = None) -> dict[str, int]:
     """Most GPU milli each tenant with a quota may use after this window, chosen so that the
     borrowing they allow always fits in what lenders leave idle (``run``: the tenants' running
-    usage, :func:`solver.checker.quota_usage_milli`, when already known)."""
+    usage, :func:`solver.rules.quota_usage_milli`, when already known)."""
     run = quota_usage_milli(snapshot) if run is None else run
     demand: dict[str, int] = defaultdict(int)
     for g in snapshot.gangs:
@@ -353,26 +353,29 @@ PARTS_SHARE = 0.85
 
 
 def part_time_limit(sub: Snapshot, per_part: float, deadline: float, seed: int,
-                    nominal: float | None = None, hint: Plan | None = None) -> Plan:
+                    nominal: float | None = None, hint: Plan | None = None, *,
+                    judge: Judge) -> Plan:
     """Solve one part within ``per_part`` seconds, and never past ``deadline`` (a
     ``time.perf_counter`` instant, the same clock in forked workers): a part that starts late
     because an earlier wave overran gets only what is left, down to its greedy plan.
     ``nominal``: the part's share of the time limit that sizes its deterministic search budget
     (default ``per_part``). ``hint``: the part's share of the whole-cluster greedy plan (None:
-    the part's own best-fit plan)."""
+    the part's own best-fit plan). ``judge``: what each part's CP-SAT plan must satisfy
+    (:data:`solver.cpsat.solve.Judge`)."""
     limit = min(per_part, deadline - time.perf_counter())
-    return solve_cpsat(sub, time_limit=max(0.01, limit), seed=seed, workers=1,
+    return solve_cpsat(sub, time_limit=max(0.01, limit), seed=seed, workers=1, judge=judge,
                        nominal_limit=per_part if nominal is None else nominal, hint=hint)
 
 
-def _run_forked(j: int, per_part: float, deadline: float, seed: int, nominal: float) -> Plan:
+def _run_forked(j: int, per_part: float, deadline: float, seed: int, nominal: float,
+                judge: Judge) -> Plan:
     sub, hint = _FORK_JOBS[j]
-    return part_time_limit(sub, per_part, deadline, seed, nominal, hint)
+    return part_time_limit(sub, per_part, deadline, seed, nominal, hint, judge=judge)
 
 
 def solve_partitioned(
     snapshot: Snapshot, *, parts: int, time_limit: float, seed: int, workers: int,
-    processes: bool = False,
+    judge: Judge, processes: bool = False,
 ) -> Plan:
     """Solve the sub-problems ``workers`` at a time and merge them into one plan.
 
@@ -383,7 +386,8 @@ def solve_partitioned(
     greedy plan; should merging lose any of it (quota restated for the whole cluster), the
     greedy plan stands. Each part gets an equal share of the time left after the greedy plan
     and the split, per wave of ``workers`` parts; all parts share one deadline, so the whole
-    stays within ``time_limit`` even when a wave overruns (later parts then keep their hints)."""
+    stays within ``time_limit`` even when a wave overruns (later parts then keep their hints).
+    ``judge`` judges each part's CP-SAT plan (:data:`solver.cpsat.solve.Judge`)."""
     global _FORK_JOBS
     t0 = time.perf_counter()
     arrays: ClusterArrays | None = None
@@ -407,14 +411,15 @@ def solve_partitioned(
         pool = ProcessPoolExecutor(max_workers=workers,
                                    mp_context=multiprocessing.get_context("fork"))
         with pool:
-            futures = [pool.submit(_run_forked, j, per_part, deadline, seed, nominal)
+            futures = [pool.submit(_run_forked, j, per_part, deadline, seed, nominal, judge)
                        for j in range(len(subs))]
             plans = [f.result() for f in futures]
         _FORK_JOBS = []
     else:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             plans = list(pool.map(
-                lambda sh: part_time_limit(sh[0], per_part, deadline, seed, nominal, sh[1]),
+                lambda sh: part_time_limit(sh[0], per_part, deadline, seed, nominal, sh[1],
+                                           judge=judge),
                 zip(subs, hints, strict=True)))
     t1 = time.perf_counter()
     plan = merge(snapshot, plans, split_s, t1 - t0, spread)
@@ -427,7 +432,7 @@ def solve_partitioned(
     detail = {**plan.stats.detail, "parts_seconds": t1 - t0 - split_s,
               "greedy_whole_seconds": greedy_s, "spread_gangs": float(len(spread)),
               "left_out_gangs": float(len(left_out))}
-    if greedy is not None and (quota_violations(snapshot, plan)
+    if greedy is not None and (plan_quota_problems(snapshot, plan)
                                or plan_value(snapshot, plan) < plan_value(snapshot, greedy)):
         # never below the greedy plan by the parts' own floor (solver.cpsat.solve.plan_value);
         # a guard: the hints make this rare
@@ -448,7 +453,7 @@ def _within_quota(
     dropped: list[GangPlacement] = []
     while True:
         plan = Plan(tuple(admitted), (), SolveStats("cpsat", "MERGED", 0.0))
-        if not quota_violations(snapshot, plan):
+        if not plan_quota_problems(snapshot, plan):
             return admitted, dropped
         used = quota_usage_milli(snapshot, plan)
         over = {t.name for t in snapshot.tenants

@@ -21,8 +21,8 @@ from admission.controller.api import ApiError, ClusterApi
 from admission.controller.snapshot import Built, GangInfo
 from admission.controller.translate import Obj
 from admission.controller.writers import Writers
-from solver.checker import quota_usage_milli
 from solver.plan import Plan
+from solver.rules import quota_usage_milli
 from solver.types import MILLI
 
 log = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from solver.checker import gpu_memory_demand, sharing_problem
 from solver.eligibility import node_allows
 from solver.fragmentation import FragTable, typical_pods
 from solver.interference import profile_for, resolve_profiles
+from solver.rules import gpu_memory_demand, sharing_problem
 from solver.types import MILLI, PodRequest, Snapshot, TypicalPod
 
 IntArray = npt.NDArray[np.int64]

@@ -4,7 +4,7 @@ A gang is placed pod by pod into a :class:`~solver.baselines.cluster.ClusterArra
 finds no room, every pod already placed is undone (Volcano's Statement: commit or discard). A
 gang with a *required* topology is tried inside one domain of its level at a time, the
 roomiest-fitting domains first. Tenant quotas are judged with the checker's own rule
-(:func:`solver.checker.quota_problems`) before the gang is tried.
+(:func:`solver.rules.quota_problems`) before the gang is tried.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import numpy as np
 
 from solver.baselines.cluster import BoolArray, ClusterArrays, Saved
 from solver.baselines.policies import POLICIES, Policy
-from solver.checker import quota_problems, quota_usage_milli
 from solver.eligibility import why_not
 from solver.plan import GangPlacement, PodPlacement
+from solver.rules import quota_problems, quota_usage_milli
 from solver.types import Gang, GpuShare, PodRequest, TopologyMode
 
 #: How many domains a gang with a required topology is tried in before it is deferred.

@@ -11,6 +11,6 @@ Layout (after the CP-SAT primer's split of a model):
   :mod:`~solver.cpsat.priority`, :mod:`~solver.cpsat.fairness`, :mod:`~solver.cpsat.energy`,
   :mod:`~solver.cpsat.fragmentation`;
 - :mod:`~solver.cpsat.model` composes them and solves; :mod:`~solver.cpsat.solve` wraps that
-  with the greedy hint, the checker and the fallback; :mod:`~solver.cpsat.reasons` explains
-  why gangs wait.
+  with the greedy hint, the judge it is given (the checker, from :mod:`solver.api`) and the
+  fallback; :mod:`~solver.cpsat.reasons` explains why gangs wait.
 """

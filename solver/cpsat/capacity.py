@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
-from solver.checker import gpu_memory_demand
 from solver.cpsat.instance import Instance
 from solver.cpsat.variables import Term, Vars
+from solver.rules import gpu_memory_demand
 
 
 def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:

@@ -16,9 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from solver.baselines import ClusterArrays
-from solver.checker import topology_domain
 from solver.cpsat.qos import QosRules
 from solver.plan import Plan
+from solver.rules import topology_domain
 from solver.types import GPU, MILLI, Gang, PodRequest, Snapshot, Weights
 
 IntArray = npt.NDArray[np.int64]
@@ -108,7 +108,7 @@ class Instance:
 
     def running_by_tenant(self) -> TenantUsage:
         """Per-tenant usage of the running pods, summed once per solve (quota and fairness
-        both need it; ``gpu_milli`` equals :func:`solver.checker.quota_usage_milli`)."""
+        both need it; ``gpu_milli`` equals :func:`solver.rules.quota_usage_milli`)."""
         if self._by_tenant is None:
             gpu: dict[str, int] = defaultdict(int)
             cpu: dict[str, int] = defaultdict(int)
@@ -163,7 +163,7 @@ class Instance:
 
     def domain(self, level: str, node: str, gpu: int | None = None) -> str | None:
         """The domain at ``level`` holding ``node`` (and GPU ``gpu`` for the nvlink level),
-        as the checker defines it (:func:`solver.checker.topology_domain`); None: in none."""
+        as the rules define it (:func:`solver.rules.topology_domain`); None: in none."""
         n = self.snapshot.nodes[self.arrays.row_of[node]]
         return topology_domain(n, self.gpu(node, gpu) if gpu is not None else None, level)
 

@@ -1,16 +1,21 @@
 """The batch model composed from its concerns, solved with a time limit and a greedy hint.
 
-Recipe: (1) derive the instance and its candidates, (2) make the variables, (3) let each concern
-module add its constraints and objective terms, (4) hint the greedy plan, (5) solve, (6) read
-the placements back. Allowed models and allowed nodes (:mod:`solver.eligibility`) are enforced
-in step 1: a pod gets no variable for a node or GPU it may not use.
+Recipe, one function a step (after the CP-SAT primer's split): (1) :func:`make_instance` derives
+the instance and its candidates; (2) :func:`build` makes the variables, lets each concern module
+add its constraints and objective terms, and maximizes their sum; (3) :func:`add_hint` hints the
+greedy plan; (4) :func:`search_parameters` (or :func:`fixed_parameters`) sets how to search;
+(5) :func:`solve` runs CP-SAT; (6) :func:`read_back` turns the solution into placements and
+objective terms. :func:`solve_window` runs the recipe for a window, :func:`score_plan` the same
+model with a given plan's placements fixed. Allowed models and allowed nodes
+(:mod:`solver.eligibility`) are enforced in step 1: a pod gets no variable for a node or GPU it
+may not use.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model, cp_model_helper
 
@@ -74,7 +79,31 @@ class CpsatResult:
     arrays: ClusterArrays | None = None  # the snapshot's free capacity, for reuse
 
 
-def _hint(inst: Instance, v: Vars, model: cp_model.CpModel, hint: Plan) -> None:
+@dataclass(slots=True)
+class BatchModel:
+    """The model of one instance, with its decision variables and named objective terms."""
+
+    inst: Instance
+    model: cp_model.CpModel
+    v: Vars
+    terms: list[Term]
+
+
+def build(inst: Instance) -> BatchModel:
+    """The variables, every concern's constraints and terms, and the objective (their sum)."""
+    model = cp_model.CpModel()
+    v = make_vars(inst, model)
+    terms: list[Term] = []
+    for _name, build_concern in CONCERNS:
+        terms.extend(build_concern(inst, model, v))
+    model.maximize(sum(expr for _n, expr in terms))
+    return BatchModel(inst, model, v, terms)
+
+
+def add_hint(bm: BatchModel, hint: Plan) -> None:
+    """Hint ``hint``'s placements (admit, place and use variables); a gang the model cannot
+    express (e.g. a node its candidates left out) is hinted as not admitted."""
+    inst, v = bm.inst, bm.v
     gang_index = {g.name: gi for gi, g in enumerate(inst.gangs)}
     chosen_nodes: set[tuple[int, str]] = set()
     chosen_gpus: set[tuple[int, str, int]] = set()
@@ -94,7 +123,7 @@ def _hint(inst: Instance, v: Vars, model: cp_model.CpModel, hint: Plan) -> None:
             for s in pp.gpus:
                 chosen_gpus.add((pi, pp.node, s.index))
     # written to the proto in bulk: add_hint per variable costs more than the rest together
-    hint_proto = model.proto.solution_hint
+    hint_proto = bm.model.proto.solution_hint
     hint_proto.vars.extend([x.index for x in v.admit])
     hint_proto.values.extend([int(gi in admitted) for gi in range(len(v.admit))])
     hint_proto.vars.extend([x.index for x in v.place.values()])
@@ -111,21 +140,88 @@ def _light_presolve(params: cp_model_helper.SatParameters) -> None:
     params.symmetry_level = 0
 
 
-def _complete_hint(model: cp_model.CpModel, v: Vars, time_limit: float) -> bool:
+def _fix_to_hint(model: cp_model.CpModel, v: Vars) -> None:
+    """Fix every hinted decision variable (admit, place, use) of ``model`` to its hint."""
+    hinted = dict(zip(model.proto.solution_hint.vars, model.proto.solution_hint.values,
+                      strict=True))
+    for x in [*v.admit, *v.place.values(), *v.use.values()]:
+        if x.index in hinted:
+            model.add(model.get_bool_var_from_proto_index(x.index) == hinted[x.index])
+
+
+def search_parameters(*, budget: float, deterministic_time: float | None, seed: int,
+                      workers: int) -> cp_model_helper.SatParameters:
+    """How the batch model is searched: ``budget`` seconds of wall time at most.
+
+    ``deterministic_time``: the deterministic-time budget (None: ``budget``)."""
+    params = cp_model_helper.SatParameters()
+    params.max_time_in_seconds = budget
+    # Determinism: a deterministic-time budget, and with several workers the interleaved
+    # (deterministic) parallel mode; only the wall-clock guard can make reruns differ.
+    params.max_deterministic_time = (budget if deterministic_time is None
+                                     else deterministic_time) * DTIME_PER_SECOND
+    params.random_seed = seed
+    params.num_workers = max(1, workers)
+    params.interleave_search = workers > 1
+    # Stop within 0.1% of the bound: proving the last fraction (often symmetric choices among
+    # idle GPUs) costs far more than it is worth inside a batch window.
+    params.relative_gap_limit = RELATIVE_GAP
+    _light_presolve(params)
+    return params
+
+
+def fixed_parameters(*, time_limit: float) -> cp_model_helper.SatParameters:
+    """How a model whose placements are fixed is solved: one worker, ``time_limit`` seconds."""
+    params = cp_model_helper.SatParameters()
+    params.max_time_in_seconds = time_limit
+    params.num_workers = 1
+    return params
+
+
+def solve(model: cp_model.CpModel, params: cp_model_helper.SatParameters, *,
+          log: Callable[[str], None] | None = None
+          ) -> tuple[cp_model.CpSolver, cp_model.CpSolverStatus]:
+    """Solve ``model`` under ``params`` (the search log, if any, goes to ``log``); the solver,
+    to read the solution from, and its status code."""
+    solver = cp_model.CpSolver()
+    solver.parameters.copy_from(params)
+    if log is not None:
+        solver.parameters.log_search_progress = True
+        solver.parameters.log_to_stdout = False
+        solver.log_callback = log
+    return solver, solver.solve(model)
+
+
+def read_back(solver: cp_model.CpSolver, code: cp_model.CpSolverStatus, bm: BatchModel, *,
+              placements: list[GangPlacement] | None = None) -> CpsatResult:
+    """The solution as placements, objective, bound and each term's value; no placements when
+    there is none. ``placements``: what the model's placements were fixed to (None: read them
+    from the solution). Timings other than the solve's own are left for the caller."""
+    status = _STATUS.get(code, str(code))
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return CpsatResult(status, None, None, None, 0.0, solver.wall_time)
+    return CpsatResult(
+        status,
+        bm.v.extract(bm.inst, solver) if placements is None else placements,
+        solver.objective_value / SCALE,
+        solver.best_objective_bound / SCALE,
+        0.0,
+        solver.wall_time,
+        {name: solver.value(expr) / SCALE for name, expr in bm.terms},
+    )
+
+
+def _complete_hint(bm: BatchModel, time_limit: float) -> bool:
     """Turn the placement hint into a hint for every variable (aggregates, quota and fairness
     terms included) by solving the model with the placements fixed. A complete hint lets
     CP-SAT start from the greedy plan at once. False: the hint does not fit the model."""
-    hinted = dict(zip(model.proto.solution_hint.vars, model.proto.solution_hint.values,
-                      strict=True))
+    model = bm.model
     fixed = model.clone()
-    for x in [*v.admit, *v.place.values(), *v.use.values()]:
-        if x.index in hinted:
-            fixed.add(fixed.get_bool_var_from_proto_index(x.index) == hinted[x.index])
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
-    solver.parameters.num_workers = 1
-    _light_presolve(solver.parameters)
-    if solver.solve(fixed) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    _fix_to_hint(fixed, bm.v)
+    params = fixed_parameters(time_limit=time_limit)
+    _light_presolve(params)
+    solver, code = solve(fixed, params)
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return False
     model.clear_hints()  # type: ignore[no-untyped-call]
     for i, value in enumerate(solver.response_proto.solution):
@@ -156,92 +252,39 @@ def solve_window(
     costs about as much as a presolve, so it is off by default.
     """
     t0 = time.perf_counter()
-    inst = make_instance(snapshot, hint=hint, arrays=arrays)
-    model = cp_model.CpModel()
-    v = make_vars(inst, model)
-    terms: list[Term] = []
-    for _name, build in CONCERNS:
-        terms.extend(build(inst, model, v))
-    model.maximize(sum(expr for _n, expr in terms))
+    bm = build(make_instance(snapshot, hint=hint, arrays=arrays))
     hint_complete = False
     if hint is not None:
-        _hint(inst, v, model, hint)
+        add_hint(bm, hint)
         hint_complete = complete_hints and _complete_hint(
-            model, v, max(0.01, (time_limit - (time.perf_counter() - t0)) / 4))
+            bm, max(0.01, (time_limit - (time.perf_counter() - t0)) / 4))
     build_seconds = time.perf_counter() - t0
 
     if time_limit - build_seconds < 0.005:
         # building used the budget: report no solution, the caller keeps the greedy plan
         return CpsatResult("NOT_STARTED", None, None, None, build_seconds, 0.0,
-                           size={"wall_capped": 1.0}, arrays=inst.arrays)
-    solver = cp_model.CpSolver()
-    params = solver.parameters
+                           size={"wall_capped": 1.0}, arrays=bm.inst.arrays)
     budget = time_limit - build_seconds
-    params.max_time_in_seconds = budget
-    # Determinism: a deterministic-time budget, and with several workers the interleaved
-    # (deterministic) parallel mode; only the wall-clock guard above can make reruns differ.
-    params.max_deterministic_time = (budget if deterministic_time is None
-                                     else deterministic_time) * DTIME_PER_SECOND
-    params.random_seed = seed
-    params.num_workers = max(1, workers)
-    params.interleave_search = workers > 1
-    # Stop within 0.1% of the bound: proving the last fraction (often symmetric choices among
-    # idle GPUs) costs far more than it is worth inside a batch window.
-    params.relative_gap_limit = RELATIVE_GAP
-    _light_presolve(params)
-    if log is not None:
-        params.log_search_progress = True
-        params.log_to_stdout = False
-        solver.log_callback = log
-    code = solver.solve(model)
-    status = _STATUS.get(code, str(code))
+    solver, code = solve(bm.model, search_parameters(
+        budget=budget, deterministic_time=deterministic_time, seed=seed, workers=workers),
+        log=log)
     size = {"hint_complete": float(hint_complete),
-            "pods": float(len(inst.pods)), "place_vars": float(len(v.place)),
-            "use_vars": float(len(v.use)), "nodes_offered": float(len(v.on_node))}
-    solve_seconds = solver.wall_time
-    if code != cp_model.OPTIMAL and solve_seconds >= 0.95 * budget:
+            "pods": float(len(bm.inst.pods)), "place_vars": float(len(bm.v.place)),
+            "use_vars": float(len(bm.v.use)), "nodes_offered": float(len(bm.v.on_node))}
+    if code != cp_model.OPTIMAL and solver.wall_time >= 0.95 * budget:
         size["wall_capped"] = 1.0
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return CpsatResult(status, None, None, None, build_seconds, solve_seconds, size=size,
-                           arrays=inst.arrays)
-    values = {name: solver.value(expr) / SCALE for name, expr in terms}
-    return CpsatResult(
-        status,
-        v.extract(inst, solver),
-        solver.objective_value / SCALE,
-        solver.best_objective_bound / SCALE,
-        build_seconds,
-        solve_seconds,
-        values,
-        size,
-        inst.arrays,
-    )
+    return replace(read_back(solver, code, bm), build_seconds=build_seconds, size=size,
+                   arrays=bm.inst.arrays)
 
 
 def score_plan(snapshot: Snapshot, plan: Plan, *, time_limit: float = 30.0) -> CpsatResult:
     """The batch model's objective for a given plan (its placements fixed), so plans from
     different solvers or from a partitioned solve are compared on the same scale."""
     t0 = time.perf_counter()
-    inst = make_instance(snapshot, hint=plan)
-    model = cp_model.CpModel()
-    v = make_vars(inst, model)
-    terms: list[Term] = []
-    for _name, build in CONCERNS:
-        terms.extend(build(inst, model, v))
-    model.maximize(sum(expr for _n, expr in terms))
-    _hint(inst, v, model, plan)
-    proto_hint = dict(zip(model.proto.solution_hint.vars, model.proto.solution_hint.values,
-                          strict=True))
-    for x in [*v.admit, *v.place.values(), *v.use.values()]:
-        model.add(x == proto_hint[x.index])
+    bm = build(make_instance(snapshot, hint=plan))
+    add_hint(bm, plan)
+    _fix_to_hint(bm.model, bm.v)
     build_seconds = time.perf_counter() - t0
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
-    solver.parameters.num_workers = 1
-    code = solver.solve(model)
-    status = _STATUS.get(code, str(code))
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return CpsatResult(status, None, None, None, build_seconds, solver.wall_time)
-    return CpsatResult(status, list(plan.admitted), solver.objective_value / SCALE,
-                       solver.best_objective_bound / SCALE, build_seconds, solver.wall_time,
-                       {name: solver.value(expr) / SCALE for name, expr in terms})
+    solver, code = solve(bm.model, fixed_parameters(time_limit=time_limit))
+    return replace(read_back(solver, code, bm, placements=list(plan.admitted)),
+                   build_seconds=build_seconds)

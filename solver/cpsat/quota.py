@@ -1,5 +1,5 @@
-"""Tenant quotas with borrowing of idle quota, exactly the checker's rule
-(:func:`solver.checker.quota_violations`).
+"""Tenant quotas with borrowing of idle quota, exactly the rule the checker judges by
+(:func:`solver.rules.quota_problems`).
 
 ``over[t] = max(0, usage - quota)`` is what tenant t borrows, ``idle[t] = max(0, quota -
 usage)`` what it lends, over tenants that have a quota (usage: milli-GPU of running pods plus

@@ -14,10 +14,10 @@ from collections.abc import Hashable
 import numpy as np
 
 from solver.baselines import ClusterArrays
-from solver.checker import quota_usage_milli, topology_domain
 from solver.cpsat.candidates import pod_key
 from solver.eligibility import why_not
 from solver.plan import Deferred, Plan
+from solver.rules import quota_usage_milli, topology_domain
 from solver.types import MILLI, Gang, PodRequest, Snapshot, TopologyMode
 
 

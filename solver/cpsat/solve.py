@@ -1,25 +1,27 @@
-"""The CP-SAT path for one (sub-)problem, end to end: greedy hint, model, checker, choice.
+"""The CP-SAT path for one (sub-)problem, end to end: greedy hint, model, judge, choice.
 
 0. the free capacity (:class:`~solver.baselines.ClusterArrays`) is derived once; the greedy
    pass places into a copy of it, the candidate filter and the model read it, and the reasons
    apply the final plan to it last (the checker keeps its own, independent derivation);
 1. best-fit greedy plan: the hint, the fallback and the floor;
 2. the batch model solved within what is left of the time limit;
-3. the checker judges CP-SAT's plan; the greedy plan stands instead when CP-SAT found nothing,
-   when the checker objects, or when the greedy plan admits more priority-weighted GPU demand
-   (:func:`plan_value`; so CP-SAT never admits less than the plan it was hinted with). The
-   floor weighs demand by priority without aging: aging orders the queue (the greedy pass
-   serves older gangs first) and steers the model, but a few seconds of extra wait must not
-   make a first-come plan beat the fair split CP-SAT found among equally ranked gangs;
+3. the caller's :data:`Judge` (the checker, which :mod:`solver.api` passes: the solvers do not
+   import the checker that judges them) judges CP-SAT's plan; the greedy plan stands instead
+   when CP-SAT found nothing, when the judge objects, or when the greedy plan admits more
+   priority-weighted GPU demand (:func:`plan_value`; so CP-SAT never admits less than the plan
+   it was hinted with). The floor weighs demand by priority without aging: aging orders the
+   queue (the greedy pass serves older gangs first) and steers the model, but a few seconds of
+   extra wait must not make a first-come plan beat the fair split CP-SAT found among equally
+   ranked gangs;
 4. every gang left waiting gets a reason.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 
 from solver.baselines import ClusterArrays, place
-from solver.checker import check
 from solver.cpsat.model import CpsatResult, solve_window
 from solver.cpsat.reasons import deferrals
 from solver.plan import Plan, SolveStats
@@ -34,6 +36,10 @@ SEARCH_SHARE = 0.5
 # Share of the state-and-greedy time kept back for the checker and the reasons after the
 # search (they cost well under it: see bench/solve_scale.md).
 POST_SOLVE_SHARE = 0.5
+
+#: Every hard rule a plan breaks on a snapshot (empty: feasible); CP-SAT's plan is trusted only
+#: when it is empty. :mod:`solver.api` passes :func:`solver.checker.check`.
+Judge = Callable[[Snapshot, Plan], Sequence[object]]
 
 
 def greedy_hint(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int) -> Plan:
@@ -54,14 +60,15 @@ def plan_value(snapshot: Snapshot, plan: Plan) -> int:
     )
 
 
-def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan) -> tuple[Plan, str]:
-    """CP-SAT's plan, or the hint with why: it found none, the checker objects, or the hint
-    is worth more (:func:`plan_value`)."""
+def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan, *,
+           judge: Judge) -> tuple[Plan, str]:
+    """CP-SAT's plan, or the hint with why: it found none, ``judge`` objects (reported as
+    ``checker``), or the hint is worth more (:func:`plan_value`)."""
     if result.admitted is None:
         return hint, "no_solution"
     stats = SolveStats(solver="cpsat", status=result.status, wall_seconds=0.0)
     plan = Plan(tuple(result.admitted), (), stats)
-    if check(snapshot, plan):
+    if judge(snapshot, plan):
         return hint, "checker"
     if plan_value(snapshot, plan) < plan_value(snapshot, hint):
         return hint, "greedy_admits_more"
@@ -69,8 +76,9 @@ def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan) -> tuple[Plan, s
 
 
 def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: int,
-                nominal_limit: float | None = None, hint: Plan | None = None) -> Plan:
-    """Greedy hint, model, checker and reasons within ``time_limit`` seconds of wall time.
+                judge: Judge, nominal_limit: float | None = None,
+                hint: Plan | None = None) -> Plan:
+    """Greedy hint, model, ``judge`` and reasons within ``time_limit`` seconds of wall time.
 
     The search's deterministic budget is a fixed share of ``nominal_limit`` (default
     ``time_limit``), never of measured time, so a fixed seed and worker count give the same
@@ -93,7 +101,7 @@ def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: in
                            detail={"state_seconds": state_s, "greedy_seconds": greedy_s,
                                    "fallback_no_time": 1.0})
         return Plan(hint.admitted, hint.deferred, stats)  # the greedy policy's own reasons
-    # keep back time for what follows the search (checker, reasons)
+    # keep back time for what follows the search (judge, reasons)
     reserve = POST_SOLVE_SHARE * spent
     result = solve_window(snapshot, hint=hint,
                           time_limit=max(MIN_MODEL_SECONDS, time_limit - spent - reserve),
@@ -101,7 +109,7 @@ def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: in
                           deterministic_time=SEARCH_SHARE * (
                               time_limit if nominal_limit is None else nominal_limit))
     t1 = time.perf_counter()
-    plan, why = choose(snapshot, result, hint)
+    plan, why = choose(snapshot, result, hint, judge=judge)
     check_s = time.perf_counter() - t1
     detail = {
         "state_seconds": state_s,

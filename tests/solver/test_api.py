@@ -12,7 +12,7 @@ from solver.api import solve
 from solver.baselines import ClusterArrays, place
 from solver.checker import check, quota_violations
 from solver.cpsat.model import CpsatResult
-from solver.cpsat.solve import choose, greedy_hint
+from solver.cpsat.solve import choose, greedy_hint, solve_cpsat
 from solver.partition import (
     auto_partitions,
     part_time_limit,
@@ -66,7 +66,7 @@ def test_cpsat_reports_status_objective_bound_and_time() -> None:
 def test_no_solution_falls_back_to_the_greedy_plan() -> None:
     s = _window()
     hint = place(s, "bestfit")
-    plan, why = choose(s, CpsatResult("UNKNOWN", None, None, None, 0.0, 0.0), hint)
+    plan, why = choose(s, CpsatResult("UNKNOWN", None, None, None, 0.0, 0.0), hint, judge=check)
     assert plan is hint and why == "no_solution"
 
 
@@ -74,8 +74,22 @@ def test_a_plan_the_checker_rejects_is_never_returned() -> None:
     s = snap([node("n", gpus=1)], [gang("a", pod()), gang("b", pod())])
     hint = place(s, "bestfit")
     both = [GangPlacement(g, (PodPlacement("p", "n", (GpuShare(0, 1000),)),)) for g in "ab"]
-    plan, why = choose(s, CpsatResult("FEASIBLE", both, 1.0, 1.0, 0.0, 0.0), hint)
+    plan, why = choose(s, CpsatResult("FEASIBLE", both, 1.0, 1.0, 0.0, 0.0), hint, judge=check)
     assert plan is hint and why == "checker"
+
+
+def test_the_judge_the_caller_passes_decides_whether_cpsat_is_trusted() -> None:
+    s = snap([node("n", gpus=2)], [gang("a", pod()), gang("b", pod())])
+    hint = place(s, "bestfit")
+    fine = [GangPlacement(g, (PodPlacement("p", "n", (GpuShare(i, 1000),)),))
+            for i, g in enumerate("ab")]
+    result = CpsatResult("FEASIBLE", fine, 1.0, 1.0, 0.0, 0.0)
+    plan, why = choose(s, result, hint, judge=check)
+    assert why == "" and plan.admitted == tuple(fine)
+    plan, why = choose(s, result, hint, judge=lambda _s, _p: ["objects"])
+    assert plan is hint and why == "checker"
+    solved = solve_cpsat(s, time_limit=2.0, seed=0, workers=1, judge=lambda _s, _p: ["no"])
+    assert solved.stats.fallback and solved.stats.detail["fallback_checker"] == 1.0
 
 
 def test_a_plan_admitting_less_than_greedy_is_replaced_by_it() -> None:
@@ -83,7 +97,7 @@ def test_a_plan_admitting_less_than_greedy_is_replaced_by_it() -> None:
     hint = place(s, "bestfit")
     assert len(hint.admitted) == 2
     one = [GangPlacement("a", (PodPlacement("p", "n", (GpuShare(0, 1000),)),))]
-    plan, why = choose(s, CpsatResult("FEASIBLE", one, 1.0, 1.0, 0.0, 0.0), hint)
+    plan, why = choose(s, CpsatResult("FEASIBLE", one, 1.0, 1.0, 0.0, 0.0), hint, judge=check)
     assert plan is hint and why == "greedy_admits_more"
 
 
@@ -161,7 +175,7 @@ def test_sub_problems_hold_their_nodes_running_pods_and_usage() -> None:
 
 def test_a_part_started_past_the_deadline_keeps_its_greedy_plan() -> None:
     sub = sub_problems(_big(), 3)[0]
-    plan = part_time_limit(sub, 1.0, time.perf_counter() - 1.0, 0)
+    plan = part_time_limit(sub, 1.0, time.perf_counter() - 1.0, 0, judge=check)
     hint = greedy_hint(sub, ClusterArrays(sub), seed=0)
     assert plan.stats.fallback and plan.admitted == hint.admitted
     assert not check(sub, plan)
@@ -189,8 +203,10 @@ def test_a_split_cluster_gets_small_parts_but_a_small_window_stays_whole() -> No
 def test_a_part_with_a_fixed_nominal_budget_gives_the_same_plan_whatever_its_wall_limit() -> None:
     # the search budget comes from ``nominal`` alone; generous wall limits never cut it short
     for sub in sub_problems(_big(), 3):
-        a = part_time_limit(sub, 30.0, time.perf_counter() + 60.0, 3, nominal=0.02)
-        b = part_time_limit(sub, 20.0, time.perf_counter() + 60.0, 3, nominal=0.02)
+        a = part_time_limit(sub, 30.0, time.perf_counter() + 60.0, 3, nominal=0.02,
+                            judge=check)
+        b = part_time_limit(sub, 20.0, time.perf_counter() + 60.0, 3, nominal=0.02,
+                            judge=check)
         assert a.stats.status in ("OPTIMAL", "FEASIBLE")
         assert not a.stats.detail.get("wall_capped") and not b.stats.detail.get("wall_capped")
         assert a.admitted == b.admitted and a.deferred == b.deferred

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from solver.baselines import ClusterArrays
-from solver.checker import sharing_problem
+from solver.rules import sharing_problem
 from solver.state import free_capacity
 from solver.types import GPU, Node, PodRequest, Snapshot
 from tests.solver.test_cpsat_random import snapshots

@@ -13,6 +13,7 @@ from test_cpsat_cases import gang, node, pod, snap, solve
 
 from solver.api import solve as api_solve
 from solver.baselines import place
+from solver.checker import check
 from solver.cpsat.fairness import plan_fairness
 from solver.cpsat.solve import choose, plan_value
 from solver.plan import Plan
@@ -46,7 +47,7 @@ def test_a_first_come_hint_does_not_override_the_weighted_split() -> None:
     hint = place(s, "bestfit")
     assert _split(hint) == (12, 0)  # first come: the premise of the regression
     res = solve(s, time_limit=2.0)
-    plan, why = choose(s, res, hint)
+    plan, why = choose(s, res, hint, judge=check)
     assert why == "" and _split(plan) == (8, 4)
     assert plan_value(s, plan) == plan_value(s, hint)  # the same demand, so CP-SAT's fair split
     assert plan_fairness(s, plan) > plan_fairness(s, hint)  # stands on its fairness term
