@@ -14,31 +14,28 @@ it left no time for the model: the cases where a rerun may differ).
 from __future__ import annotations
 
 import time
-from typing import Literal
 
 from solver import partition
 from solver.baselines import place
 from solver.checker import check
 from solver.cpsat.reasons import deferrals
 from solver.cpsat.solve import solve_cpsat
+from solver.names import SolverName
 from solver.plan import Plan, SolveStats
 from solver.types import Snapshot
-
-SolverName = Literal["cpsat", "fgd", "bestfit", "firstfit", "random"]
-SOLVERS: tuple[SolverName, ...] = ("cpsat", "fgd", "bestfit", "firstfit", "random")
 
 
 def solve(
     snapshot: Snapshot,
     *,
-    solver: SolverName = "cpsat",
+    solver: str = SolverName.CPSAT,
     time_limit: float = 1.0,
     seed: int = 0,
     workers: int = 1,
     partitions: int | None = None,
     processes: bool = False,
 ) -> Plan:
-    """Place the snapshot's pending gangs with ``solver``.
+    """Place the snapshot's pending gangs with ``solver`` (a :class:`SolverName` or its value).
 
     ``partitions``: split the cluster into this many sub-problems (None: decided from its size,
     :func:`solver.partition.auto_partitions`; 1: never). ``workers``: CP-SAT threads for one
@@ -46,16 +43,17 @@ def solve(
     processes instead of threads (faster on large clusters, where model building dominates;
     not for a process that must not fork).
     """
-    if solver not in SOLVERS:
-        raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {solver!r}")
+    name = SolverName.of(solver)
+    if name is None:
+        raise ValueError(f"solver must be one of {', '.join(SolverName)}, got {solver!r}")
     if time_limit <= 0:
         raise ValueError(f"time_limit must be > 0 seconds, got {time_limit}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    if solver != "cpsat":
+    if name != SolverName.CPSAT:
         t0 = time.perf_counter()
-        plan = place(snapshot, solver, seed=seed)
-        stats = SolveStats(solver=solver, status="GREEDY",
+        plan = place(snapshot, name, seed=seed)
+        stats = SolveStats(solver=name, status="GREEDY",
                            wall_seconds=time.perf_counter() - t0)
         return Plan(plan.admitted, deferrals(snapshot, plan), stats)
     parts = partitions if partitions is not None else partition.auto_partitions(snapshot)

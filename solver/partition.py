@@ -42,6 +42,7 @@ from dataclasses import replace
 from solver.baselines import ClusterArrays, gang_order
 from solver.cpsat.reasons import deferrals, quota_reason
 from solver.cpsat.solve import Judge, greedy_hint, plan_value, solve_cpsat
+from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
 from solver.rules import plan_quota_problems, quota_usage_milli
 from solver.types import MILLI, Gang, Node, Running, Snapshot, Tenant
@@ -452,7 +453,7 @@ def _within_quota(
     tenant_of = {g.name: g.tenant for g in snapshot.gangs}
     dropped: list[GangPlacement] = []
     while True:
-        plan = Plan(tuple(admitted), (), SolveStats("cpsat", "MERGED", 0.0))
+        plan = Plan(tuple(admitted), (), SolveStats(SolverName.CPSAT, "MERGED", 0.0))
         if not plan_quota_problems(snapshot, plan):
             return admitted, dropped
         used = quota_usage_milli(snapshot, plan)
@@ -467,7 +468,7 @@ def merge(snapshot: Snapshot, plans: Sequence[Plan], split_s: float, wall: float
     """One plan from the parts' plans and the gangs pinned across parts (``spread``); quota
     reasons are restated for the whole cluster."""
     admitted: list[GangPlacement] = [*spread, *(gp for p in plans for gp in p.admitted)]
-    merged = Plan(tuple(admitted), (), SolveStats("cpsat", "MERGED", wall))
+    merged = Plan(tuple(admitted), (), SolveStats(SolverName.CPSAT, "MERGED", wall))
     used = quota_usage_milli(snapshot, merged)
     gangs = {g.name: g for g in snapshot.gangs}
     deferred = []
@@ -498,7 +499,7 @@ def merge(snapshot: Snapshot, plans: Sequence[Plan], split_s: float, wall: float
     for gp in dropped:
         deferred.append(Deferred(gp.gang, "quota: its tenant's borrowing does not fit in the "
                                  "idle quota of the whole cluster"))
-    stats = SolveStats(solver="cpsat", status=status, wall_seconds=wall,
+    stats = SolveStats(solver=SolverName.CPSAT, status=status, wall_seconds=wall,
                        objective=objective, bound=bound,
                        fallback=all(p.stats.fallback for p in plans), detail=dict(detail))
     return Plan(tuple(admitted), tuple(deferred), stats)

@@ -26,11 +26,11 @@ from types import ModuleType
 from typing import Any
 
 from admission.cli import UsageError
+from solver.names import SolverName
 
 NAME = "simulate"
 HELP = ("Replay a cluster and a pod list through a placement policy (the FGD paper's protocol), "
         "or, without arguments, Berth's embedded default scenario.")
-POLICIES = ("cpsat", "fgd", "bestfit", "firstfit", "random")
 DEFAULT_SEEDS = "42,43,44,45,46,47,48,49,50,51"
 #: Default batch window (arrivals) for policies that are not greedy.
 DEFAULT_BATCH_WINDOW = 128
@@ -49,7 +49,7 @@ def _timed_module() -> ModuleType | None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", metavar="NODES.csv", help="node list (sn,cpu_milli,...)")
     parser.add_argument("--pods", metavar="PODS.csv", help="pod list (name,cpu_milli,...)")
-    parser.add_argument("--policy", choices=POLICIES, default=None,
+    parser.add_argument("--policy", choices=[s.value for s in SolverName], default=None,
                         help="placement policy (default: fgd for CSV input)")
     parser.add_argument("--window", type=int, default=None, metavar="K",
                         help="arrivals per batch window (default: 1 for greedy policies, "

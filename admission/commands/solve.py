@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from admission.cli import UsageError
+from solver.names import SolverName
 
 NAME = "solve"
 HELP = "Place the pending gangs of a cluster snapshot (YAML or JSON) and print the plan."
-SOLVER_CHOICES = ("cpsat", "fgd", "bestfit", "firstfit", "random")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", metavar="POLICY.yaml",
                         help="admin policy whose tenants and solver settings replace the "
                              "snapshot's")
-    parser.add_argument("--solver", choices=SOLVER_CHOICES, default="cpsat",
+    parser.add_argument("--solver", choices=[s.value for s in SolverName],
+                        default=SolverName.CPSAT.value,
                         help="placement policy (default: cpsat)")
     parser.add_argument("--time-limit", type=float, default=1.0, metavar="S",
                         help="seconds the solve may take (default: 1.0)")

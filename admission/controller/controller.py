@@ -27,6 +27,7 @@ from admission.controller.release import Releaser
 from admission.controller.settings import Settings
 from admission.controller.solving import WorkerSolver
 from admission.controller.watch import WatchLoop
+from solver.names import SolverName
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +36,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def greedy_solver(name: str = "bestfit") -> Solve:
+def greedy_solver(name: SolverName = SolverName.BESTFIT) -> Solve:
     """The fast path's solver: a greedy placement in-process (milliseconds, no CP-SAT)."""
     from solver.api import solve
 
-    return lambda snapshot: solve(snapshot, solver=name)  # type: ignore[arg-type]
+    return lambda snapshot: solve(snapshot, solver=name)
 
 
 class Controller:

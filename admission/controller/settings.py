@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from admission.policy import Policy, to_solver
+from solver.names import SolverName
 from solver.types import SolverPolicy, Tenant
 
 # Concurrent writes of a running controller (BERTH_RELEASE_WRITERS overrides it, to measure):
@@ -32,7 +33,7 @@ class Settings:
     window_seconds: float = 10.0
     gang_timeout_seconds: float = 600.0
     fast_path_classes: frozenset[str] = frozenset()
-    solver: str = "cpsat"
+    solver: SolverName = SolverName.CPSAT
     time_limit_seconds: float = 5.0
     seed: int = 0
     backend: str = "standalone"  # standalone | kueue | volcano

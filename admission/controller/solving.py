@@ -20,18 +20,19 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from multiprocessing import get_context
 
+from solver.names import SolverName
 from solver.plan import Deferred, Plan, SolveStats
 from solver.types import Snapshot
 
 log = logging.getLogger(__name__)
 
 
-def solve_snapshot(snapshot: Snapshot, solver: str, time_limit: float, seed: int) -> Plan:
+def solve_snapshot(snapshot: Snapshot, solver: SolverName, time_limit: float,
+                   seed: int) -> Plan:
     """Runs in the worker process."""
     from solver.api import solve
 
-    return solve(snapshot, solver=solver, time_limit=time_limit,  # type: ignore[arg-type]
-                 seed=seed)
+    return solve(snapshot, solver=solver, time_limit=time_limit, seed=seed)
 
 
 def nothing_admitted(snapshot: Snapshot, solver: str, why: str, seconds: float) -> Plan:
@@ -42,8 +43,9 @@ def nothing_admitted(snapshot: Snapshot, solver: str, why: str, seconds: float) 
 class WorkerSolver:
     """Callable ``snapshot -> Plan`` that solves in a child process."""
 
-    def __init__(self, *, solver: str = "cpsat", time_limit: float = 5.0, seed: int = 0,
-                 grace_seconds: float = 10.0, fallback: str | None = "bestfit") -> None:
+    def __init__(self, *, solver: SolverName = SolverName.CPSAT, time_limit: float = 5.0,
+                 seed: int = 0, grace_seconds: float = 10.0,
+                 fallback: SolverName | None = SolverName.BESTFIT) -> None:
         self.solver = solver
         self.time_limit = time_limit
         self.seed = seed
@@ -74,7 +76,7 @@ class WorkerSolver:
                                         "time; retrying next window", time.monotonic() - start)
             from solver.api import solve
 
-            plan = solve(snapshot, solver=self.fallback)  # type: ignore[arg-type]
+            plan = solve(snapshot, solver=self.fallback)
             stats = replace(plan.stats, fallback=True, wall_seconds=time.monotonic() - start,
                             detail={**plan.stats.detail, "worker_timeout": 1.0})
             return replace(plan, stats=stats)

@@ -118,13 +118,13 @@ def build_configs(
 ) -> list[TimedConfig]:
     """One config per contender, every bad value reported before anything runs."""
     from admission.cli import UsageError
-    from solver.api import SOLVERS
+    from solver.names import SolverName
     from solver.types import ProblemError
 
-    unknown = [c.policy for c in contenders if c.policy not in SOLVERS]
+    unknown = [c.policy for c in contenders if SolverName.of(c.policy) is None]
     if unknown:
         raise UsageError(f"--policy/--compare: unknown policy {unknown[0]!r}; choose from "
-                         f"{', '.join(SOLVERS)}, each optionally with -oblivious")
+                         f"{', '.join(SolverName)}, each optionally with -oblivious")
     if until_s is not None and until_s <= 0:
         raise UsageError(f"--until: must be > 0 seconds, got {until_s:g}")
     try:

@@ -16,6 +16,7 @@ import numpy as np
 from solver.baselines.cluster import BoolArray, ClusterArrays, Saved
 from solver.baselines.policies import POLICIES, Policy
 from solver.eligibility import why_not
+from solver.names import SolverName
 from solver.plan import GangPlacement, PodPlacement
 from solver.rules import quota_problems, quota_usage_milli
 from solver.types import Gang, GpuShare, PodRequest, TopologyMode
@@ -40,7 +41,7 @@ class GangPlacer:
                              f"choose one of {', '.join(sorted(POLICIES))}")
         self.policy: Policy = POLICIES[self.policy_name]
         self.used = dict(quota_usage_milli(self.state.snapshot)) | self.used
-        if self.policy_name == "fgd":
+        if self.policy_name == SolverName.FGD:
             # FGD's scores tie often; ties go to the first node of one seeded order, drawn
             # once, as the paper's simulator names its nodes with a seeded random prefix and
             # gives ties to the smallest name
@@ -116,9 +117,9 @@ class GangPlacer:
             room = np.bincount(node_dom[known], weights=free.sum(axis=1)[known],
                                minlength=int(node_dom.max(initial=0)) + 1)
         candidates = np.flatnonzero(room >= gang.gpu_demand_milli)
-        if self.policy_name == "random":
+        if self.policy_name == SolverName.RANDOM:
             candidates = self.rng.permutation(candidates)
-        elif self.policy_name != "firstfit":
+        elif self.policy_name != SolverName.FIRSTFIT:
             candidates = candidates[np.argsort(room[candidates], kind="stable")]
         for dom in candidates[:MAX_DOMAIN_TRIES]:
             if gpu_dom is not None:

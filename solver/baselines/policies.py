@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from solver.baselines.cluster import BoolArray, ClusterArrays, FloatArray
+from solver.names import SolverName
 from solver.types import MILLI, PodRequest
 
 Choice = tuple[int, list[int]]
@@ -169,8 +170,8 @@ def _fgd_share(state: ClusterArrays, pod: PodRequest, rows: npt.NDArray[np.int64
 
 
 POLICIES: dict[str, Policy] = {
-    "firstfit": first_fit,
-    "bestfit": best_fit,
-    "random": random_fit,
-    "fgd": fgd,
+    SolverName.FIRSTFIT: first_fit,
+    SolverName.BESTFIT: best_fit,
+    SolverName.RANDOM: random_fit,
+    SolverName.FGD: fgd,
 }

@@ -24,10 +24,11 @@ from collections.abc import Callable, Sequence
 from solver.baselines import ClusterArrays, place
 from solver.cpsat.model import CpsatResult, solve_window
 from solver.cpsat.reasons import deferrals
+from solver.names import SolverName
 from solver.plan import Plan, SolveStats
 from solver.types import Snapshot
 
-GREEDY_HINT = "bestfit"
+GREEDY_HINT = SolverName.BESTFIT
 # Least time worth building and solving the model for; below it the greedy plan stands.
 MIN_MODEL_SECONDS = 0.05
 # Share of the time limit the search gets in deterministic time (CP-SAT's own work units, so
@@ -66,7 +67,7 @@ def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan, *,
     ``checker``), or the hint is worth more (:func:`plan_value`)."""
     if result.admitted is None:
         return hint, "no_solution"
-    stats = SolveStats(solver="cpsat", status=result.status, wall_seconds=0.0)
+    stats = SolveStats(solver=SolverName.CPSAT, status=result.status, wall_seconds=0.0)
     plan = Plan(tuple(result.admitted), (), stats)
     if judge(snapshot, plan):
         return hint, "checker"
@@ -96,7 +97,7 @@ def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: in
     spent = state_s + greedy_s
     if time_limit - spent * (1 + POST_SOLVE_SHARE) < MIN_MODEL_SECONDS:
         # the state and the greedy plan used the budget: stay on time with it
-        stats = SolveStats(solver="cpsat", status="NOT_STARTED",
+        stats = SolveStats(solver=SolverName.CPSAT, status="NOT_STARTED",
                            wall_seconds=time.perf_counter() - t0, fallback=True,
                            detail={"state_seconds": state_s, "greedy_seconds": greedy_s,
                                    "fallback_no_time": 1.0})
@@ -125,7 +126,7 @@ def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: in
     t2 = time.perf_counter()
     deferred = deferrals(snapshot, plan, arrays)  # the last use of arrays: changed in place
     detail["reasons_seconds"] = time.perf_counter() - t2
-    stats = SolveStats(solver="cpsat", status=result.status,
+    stats = SolveStats(solver=SolverName.CPSAT, status=result.status,
                        wall_seconds=time.perf_counter() - t0, objective=result.objective,
                        bound=result.bound, fallback=bool(why), detail=detail)
     return Plan(plan.admitted, deferred, stats)

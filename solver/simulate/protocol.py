@@ -31,6 +31,7 @@ from solver.baselines import NAMES as GREEDY_NAMES
 from solver.baselines import ClusterArrays, GangPlacer
 from solver.checker import assert_feasible
 from solver.fragmentation import typical_pods
+from solver.names import SolverName
 from solver.plan import GangPlacement, Plan, SolveStats
 from solver.simulate.timed_scenario import TracePod
 from solver.simulate.trace import pod_request
@@ -132,7 +133,8 @@ def replay(
     greedy = policy in GREEDY_NAMES
     if not greedy and solve_window is None:
         raise ValueError(f"policy {policy!r} is not greedy and no window solver was given")
-    placer = GangPlacer(state, policy if greedy else "bestfit", np.random.default_rng(seed))
+    placer = GangPlacer(state, policy if greedy else SolverName.BESTFIT,
+                        np.random.default_rng(seed))
     arrived = np.zeros(len(order), dtype=np.int64)
     used = np.zeros(len(order), dtype=np.int64)
     placed_flags = np.zeros(len(order), dtype=np.bool_)

@@ -40,6 +40,7 @@ from solver.interference import (
     slowdown,
     within_slo,
 )
+from solver.names import SolverName
 from solver.plan import Plan
 from solver.simulate.metrics import (
     DEFAULT_ACTIVE_WATTS,
@@ -81,7 +82,7 @@ class TimedConfig:
     clock there (None: run until nothing is left to happen). ``label``: the name results carry.
     """
 
-    policy: str = "cpsat"
+    policy: str = SolverName.CPSAT
     window_s: float = 5.0
     time_limit_s: float = 2.0
     seed: int = 0
@@ -501,11 +502,12 @@ def _running_pods(placement_pods: dict[str, tuple[str, tuple[GpuShare, ...]]], g
 
 def default_solve(config: TimedConfig) -> SolveFn:
     """:func:`solver.api.solve` with ``config``'s policy, time limit and seed."""
-    from solver.api import SOLVERS, solve
+    from solver.api import solve
 
-    if config.policy not in SOLVERS:
-        raise ProblemError("policy", f"must be one of {', '.join(SOLVERS)}, got {config.policy!r}")
-    name = next(s for s in SOLVERS if s == config.policy)  # narrowed to the solver's names
+    name = SolverName.of(config.policy)
+    if name is None:
+        raise ProblemError("policy", f"must be one of {', '.join(SolverName)}, "
+                           f"got {config.policy!r}")
 
     def run(snapshot: Snapshot) -> Plan:
         return solve(snapshot, solver=name, time_limit=config.time_limit_s, seed=config.seed)

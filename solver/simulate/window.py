@@ -43,6 +43,7 @@ from ortools.sat.python import cp_model
 
 from solver.baselines import ClusterArrays, GangPlacer
 from solver.baselines.policies import fgd_deltas
+from solver.names import SolverName
 from solver.plan import GangPlacement, Plan, PodPlacement, SolveStats
 from solver.types import MILLI, Gang, GpuShare, PodRequest, Snapshot
 
@@ -184,7 +185,7 @@ def _search(state: ClusterArrays, gangs: list[Gang], seed: int,
     (pod, row, GPU slots); the state is left as it was. Every pass uses the tie order of
     ``seed``; the pod orders after the first are drawn from ``seed`` and the window's first
     pod, so a replay is reproducible."""
-    placer = GangPlacer(state, "fgd", np.random.default_rng(seed))
+    placer = GangPlacer(state, SolverName.FGD, np.random.default_rng(seed))
     rng = np.random.default_rng([seed, zlib.crc32(gangs[0].name.encode()) if gangs else 0])
     best: tuple[tuple[int, float], list[tuple[int, int, list[int]]]] | None = None
     for k in range(orders if len(gangs) > 1 else 1):

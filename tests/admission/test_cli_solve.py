@@ -82,3 +82,13 @@ def test_invalid_policy_is_reported(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["solve", str(EXAMPLE), "--policy", str(p)]) == 2
     err = capsys.readouterr().err
     assert str(p) in err and "nothing was solved" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["solve", str(EXAMPLE), "--solver"], ["simulate", "--policy"]])
+def test_solver_choices_are_the_solver_names(argv: list[str],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "magic"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "choose from 'cpsat', 'fgd', 'bestfit', 'firstfit', 'random'" in err

@@ -13,6 +13,7 @@ from solver.baselines import ClusterArrays, place
 from solver.checker import check, quota_violations
 from solver.cpsat.model import CpsatResult
 from solver.cpsat.solve import choose, greedy_hint, solve_cpsat
+from solver.names import SolverName
 from solver.partition import (
     auto_partitions,
     part_time_limit,
@@ -37,17 +38,24 @@ def _window() -> Snapshot:
 def test_unknown_solver_and_bad_limits_are_refused() -> None:
     s = _window()
     with pytest.raises(ValueError, match="solver must be one of"):
-        solve(s, solver="magic")  # type: ignore[arg-type]
+        solve(s, solver="magic")
     with pytest.raises(ValueError, match="time_limit"):
         solve(s, time_limit=0)
     with pytest.raises(ValueError, match="workers"):
         solve(s, workers=0)
 
 
+def test_solver_names_are_one_enum_and_the_refusal_lists_them() -> None:
+    assert list(SolverName) == ["cpsat", "fgd", "bestfit", "firstfit", "random"]
+    assert SolverName.of("fgd") is SolverName.FGD and SolverName.of("magic") is None
+    with pytest.raises(ValueError, match="one of cpsat, fgd, bestfit, firstfit, random, got 'ma"):
+        solve(_window(), solver="magic")
+
+
 @pytest.mark.parametrize("name", ["cpsat", "fgd", "bestfit", "firstfit", "random"])
 def test_each_solver_returns_a_feasible_plan_with_reasons(name: str) -> None:
     s = _window()
-    plan = solve(s, solver=name, time_limit=2.0)  # type: ignore[arg-type]
+    plan = solve(s, solver=name, time_limit=2.0)
     assert not check(s, plan)
     assert plan.stats.solver == name
     assert all(d.reason for d in plan.deferred)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solver.api import SOLVERS, solve
+from solver.api import solve
 from solver.baselines import place
 from solver.checker import check
 from solver.cpsat.solve import plan_value
+from solver.names import SolverName
 from solver.types import (
     GPU,
     Gang,
@@ -77,7 +78,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snapshots())
 def test_every_solver_plan_passes_the_checker(s: Snapshot) -> None:
-    for name in SOLVERS:
+    for name in SolverName:
         plan = solve(s, solver=name, time_limit=2.0)
         assert not check(s, plan), (name, [str(v) for v in check(s, plan)])
         assert plan.admitted_names | {d.gang for d in plan.deferred} == {g.name for g in s.gangs}

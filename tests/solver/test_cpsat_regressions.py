@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from solver.api import SOLVERS, solve
+from solver.api import solve
 from solver.checker import check
+from solver.names import SolverName
 from solver.schema import parse_snapshot
 
 CASES = sorted((Path(__file__).resolve().parents[1] / "regressions").glob("*.json"))
@@ -25,7 +26,7 @@ def test_there_are_regression_instances() -> None:
 def test_regression(path: Path) -> None:
     doc: dict[str, Any] = json.loads(path.read_text())
     s = parse_snapshot(doc["snapshot"])
-    for name in SOLVERS:
+    for name in SolverName:
         plan = solve(s, solver=name, time_limit=2.0)
         assert not check(s, plan), (name, [str(v) for v in check(s, plan)])
     plan = solve(s, time_limit=2.0)

@@ -24,6 +24,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from solver.baselines import ClusterArrays, GangPlacer
+from solver.names import SolverName
 from solver.plan import GangPlacement, Plan, PodPlacement, SolveStats
 from solver.simulate.bound.pricing import NodeKind, PodClass
 from solver.simulate.bound.pricing_cpsat import fits
@@ -162,7 +163,7 @@ def packing(nodes: Sequence[Node], arrived: Sequence[TracePod], kinds: Sequence[
                 shares = tuple(GpuShare(node.gpus[s].index, tp.gpu_milli) for s in slots)
                 admitted.append(GangPlacement(tp.name, (PodPlacement(tp.name, node.name,
                                                                      shares),)))
-    placer = GangPlacer(state, "bestfit", np.random.default_rng(0))
+    placer = GangPlacer(state, SolverName.BESTFIT, np.random.default_rng(0))
     left = sorted((p for ps in waiting.values() for p in ps),
                   key=lambda p: (-p.num_gpu * p.gpu_milli, -p.cpu_milli, p.name))
     for tp in left:

@@ -1,0 +1,27 @@
+"""The placement policies by name, listed once.
+
+Every choice of solver (the ``solve`` and ``simulate`` command lines, the timed replay, the
+controller, :func:`solver.api.solve`) and every check of one reads this enum, so a new solver
+is named in one place. Light on purpose: a command-line parser imports it for its choices
+without loading CP-SAT. Names stay plain strings on the wire: a member equals its value.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SolverName(StrEnum):
+    CPSAT = "cpsat"
+    FGD = "fgd"
+    BESTFIT = "bestfit"
+    FIRSTFIT = "firstfit"
+    RANDOM = "random"
+
+    @classmethod
+    def of(cls, text: str) -> SolverName | None:
+        """The solver called ``text``, or None (Python 3.11's ``in`` takes members only)."""
+        try:
+            return cls(text)
+        except ValueError:
+            return None
