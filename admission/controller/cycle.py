@@ -29,7 +29,7 @@ from admission.controller.inventory import Inventory
 from admission.controller.metrics import Metrics
 from admission.controller.release import Releaser, ReleaseResult
 from admission.controller.settings import Settings
-from admission.controller.snapshot import Built, GangInfo, Memo, build
+from admission.controller.snapshot import Built, GangInfo, GangState, Memo, build
 from admission.controller.unbound import not_bound
 from solver.checker import check
 from solver.plan import Plan
@@ -106,7 +106,7 @@ class Cycle:
 
         # 1. Finish releases that were under way.
         with self._phase(report, "finish"):
-            finishing = built.by_state("finishing")
+            finishing = built.by_state(GangState.FINISHING)
             report.finished = self.releaser.finish_all(finishing, self.still_leader)
             for result in report.finished:
                 self._account(result, built.gangs[result.gang], report.path)
@@ -160,13 +160,13 @@ class Cycle:
     # ------------------------------------------------------------------ phase helpers
     def _fast_gang(self, info: GangInfo) -> bool:
         classes = self.settings.fast_path_classes
-        return info.state in ("pending", "finishing") and bool(info.gated) and all(
+        return info.state in (GangState.PENDING, GangState.FINISHING) and bool(info.gated) and all(
             tr.qos_class(p) in classes for p in info.gated)
 
     def _timeouts(self, built: Built, now: datetime) -> list[str]:
         out = []
         limit = self.settings.gang_timeout_seconds
-        for info in built.by_state("incomplete"):
+        for info in built.by_state(GangState.INCOMPLETE):
             age = (now - info.first_created).total_seconds() if info.first_created else 0.0
             if age > limit and info.key not in self._timed_out:
                 self._timed_out.add(info.key)
@@ -249,5 +249,5 @@ class Cycle:
 def _count_states(built: Built) -> dict[str, int]:
     out: dict[str, int] = defaultdict(int)
     for g in built.gangs.values():
-        out[g.state] += 1
+        out[g.state.value] += 1  # plain names: the report's summary prints this dict
     return dict(out)

@@ -18,7 +18,7 @@ from datetime import datetime
 from admission.controller import keys
 from admission.controller import translate as tr
 from admission.controller.api import ApiError, ClusterApi
-from admission.controller.snapshot import Built, GangInfo
+from admission.controller.snapshot import Built, GangInfo, GangState
 from admission.controller.translate import Obj
 from admission.controller.writers import Writers
 from solver.plan import Plan
@@ -59,16 +59,17 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
     deferred = {d.gang: d.reason for d in (plan.deferred if plan else ())}
     admitted = plan.admitted_names if plan else frozenset()
     used = quota_usage_milli(snap, plan)
-    waiting = [g for g in built.gangs.values() if g.state == "pending" and g.key not in admitted]
+    waiting = [g for g in built.gangs.values() if g.state == GangState.PENDING
+               and g.key not in admitted]
     by_tenant: dict[str, list[GangInfo]] = defaultdict(list)
     for g in waiting:
         by_tenant[g.tenant].append(g)
     ahead = {g.key: i for gs in by_tenant.values() for i, g in enumerate(queue_order(gs))}
     out: dict[str, Why] = {}
     for g in built.gangs.values():
-        if g.state == "broken":
+        if g.state == GangState.BROKEN:
             out[g.key] = Why("InvalidPod", f"waiting: {g.error}", warning=True)
-        elif g.state == "incomplete":
+        elif g.state == GangState.INCOMPLETE:
             have = len(g.pods)
             age = (now - g.first_created).total_seconds() if g.first_created else 0.0
             if age > timeout_s:
@@ -78,7 +79,7 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
             else:
                 out[g.key] = Why("GangIncomplete", f"waiting: gang {g.key} has {have} of "
                                  f"{g.size} pods; it is considered once all exist")
-        elif g.state == "pending" and g.key not in admitted:
+        elif g.state == GangState.PENDING and g.key not in admitted:
             n = ahead.get(g.key, 0)
             tail = f"; {_plural(n, 'gang')} ahead"
             if plan_rejected:

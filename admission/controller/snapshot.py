@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 
 from admission import constants as c
 from admission.controller import translate as tr
@@ -27,6 +28,15 @@ from admission.controller.inventory import View
 from admission.controller.settings import Settings
 from admission.controller.translate import Obj, TranslationError
 from solver.types import Gang, Node, PodRequest, ProblemError, Running, Snapshot
+
+
+class GangState(StrEnum):
+    """Where a gang stands this cycle (the module docstring says what each means)."""
+
+    PENDING = "pending"
+    INCOMPLETE = "incomplete"
+    FINISHING = "finishing"
+    BROKEN = "broken"
 
 
 @dataclass(slots=True)
@@ -37,7 +47,7 @@ class GangInfo:
     gated: list[Obj] = field(default_factory=list)  # pods still behind Berth's gate
     released: list[Obj] = field(default_factory=list)  # pods of the gang Berth already released
     first_created: datetime | None = None
-    state: str = "pending"  # pending | incomplete | finishing | broken
+    state: GangState = GangState.PENDING
     plan: str | None = None  # the plan id all pods carry (finishing)
     error: str | None = None
     gang: Gang | None = None  # the solver's view (pending)
@@ -106,7 +116,7 @@ class Built:
     nodes: dict[str, Node]
     node_errors: dict[str, str]
 
-    def by_state(self, state: str) -> list[GangInfo]:
+    def by_state(self, state: GangState) -> list[GangInfo]:
         return [g for g in self.gangs.values() if g.state == state]
 
 
@@ -135,7 +145,7 @@ def group_gangs(view: View) -> dict[str, GangInfo]:
         try:
             info.size = max(info.size, tr.gang_size(pod))
         except TranslationError as exc:
-            info.state, info.error = "broken", str(exc)
+            info.state, info.error = GangState.BROKEN, str(exc)
         (info.gated if gated else info.released).append(pod)
         created = tr.created_at(pod)
         if created and (info.first_created is None or created < info.first_created):
@@ -145,16 +155,16 @@ def group_gangs(view: View) -> dict[str, GangInfo]:
 
 
 def classify(info: GangInfo) -> None:
-    if info.state == "broken":
+    if info.state == GangState.BROKEN:
         return
     plans = {tr.plan_id(p) for p in info.gated}
     if len(plans) == 1 and None not in plans and all(tr.assigned_shares(p) for p in info.gated):
         (plan,) = plans
         same = [p for p in info.pods if tr.plan_id(p) == plan]
         if len(same) >= info.size:
-            info.state, info.plan = "finishing", plan
+            info.state, info.plan = GangState.FINISHING, plan
             return
-    info.state = "incomplete" if info.missing else "pending"
+    info.state = GangState.INCOMPLETE if info.missing else GangState.PENDING
 
 
 def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo) -> Gang:
@@ -213,12 +223,12 @@ def build(view: View, settings: Settings, now: datetime, memo: Memo | None = Non
     for info in gangs.values():
         classify(info)
     if only is not None:
-        finishing_all = [g for g in gangs.values() if g.state == "finishing"]
+        finishing_all = [g for g in gangs.values() if g.state == GangState.FINISHING]
         gangs = {k: g for k, g in gangs.items() if only(g)}
         running = holding(view, nodes, finishing_all)
         return _finish_build(gangs, nodes, node_errors, running, now, settings, memo,
                              sweep=False)
-    finishing = [g for g in gangs.values() if g.state == "finishing"]
+    finishing = [g for g in gangs.values() if g.state == GangState.FINISHING]
     running = holding(view, nodes, finishing)
     return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, sweep=True)
 
@@ -228,13 +238,13 @@ def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
                   settings: Settings, memo: Memo, *, sweep: bool) -> Built:
     solvable: list[Gang] = []
     for info in sorted(gangs.values(), key=lambda g: g.key):
-        if info.state != "pending":
+        if info.state != GangState.PENDING:
             continue
         try:
             info.gang = to_gang(info, now, settings, memo)
             solvable.append(info.gang)
         except (TranslationError, ProblemError) as exc:
-            info.state, info.error = "broken", str(exc)
+            info.state, info.error = GangState.BROKEN, str(exc)
     if sweep:  # a partial build (fast path) must not evict what the batch cycle memoised
         memo.sweep()
     snapshot = Snapshot(nodes=tuple(nodes.values()), gangs=tuple(solvable),

@@ -18,7 +18,7 @@ the webhook answers in milliseconds from the policy alone.
 from __future__ import annotations
 
 from admission.webhook.gang import GangError, GangIdentity, identify_gang, label_value
-from admission.webhook.review import Decision, MalformedReview, parse_review, review
+from admission.webhook.review import Decision, MalformedReview, Outcome, parse_review, review
 from admission.webhook.server import (
     WebhookConfig,
     WebhookServer,
@@ -35,6 +35,7 @@ __all__ = [
     "GangError",
     "GangIdentity",
     "MalformedReview",
+    "Outcome",
     "WebhookConfig",
     "WebhookServer",
     "WebhookState",

@@ -16,6 +16,7 @@ import math
 from binascii import b2a_base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
@@ -64,10 +65,18 @@ class MalformedReview(ValueError):
     """The body is not an AdmissionReview the webhook can answer: HTTP 400."""
 
 
+class Outcome(StrEnum):
+    """What the review did to the pod (a label of the decisions metric)."""
+
+    UNTOUCHED = "untouched"
+    MUTATED = "mutated"
+    DENIED = "denied"
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     response: AdmissionResponse
-    outcome: str  # "untouched" | "mutated" | "denied"
+    outcome: Outcome
     reason: str  # short code for metrics: "unmanaged-namespace", "admitted", "bad-fraction", ...
 
 
@@ -210,7 +219,7 @@ def review_response(api_version: str, response: AdmissionResponse) -> AdmissionR
 
 
 def _allow(uid: str, reason: str) -> Decision:
-    return Decision({"uid": uid, "allowed": True}, "untouched", reason)
+    return Decision({"uid": uid, "allowed": True}, Outcome.UNTOUCHED, reason)
 
 
 def _deny(uid: str, problems: list[PodProblem]) -> Decision:
@@ -221,7 +230,7 @@ def _deny(uid: str, problems: list[PodProblem]) -> Decision:
             "allowed": False,
             "status": {"code": 403, "reason": "Forbidden", "message": f"Berth: {text}"},
         },
-        "denied",
+        Outcome.DENIED,
         problems[0].reason,
     )
 
@@ -325,7 +334,7 @@ def _admit(
     }
     if warnings:
         response["warnings"] = warnings
-    return Decision(response, "mutated", "admitted")
+    return Decision(response, Outcome.MUTATED, "admitted")
 
 
 # Berth's scheduling gate as the patch adds it (serialised, never mutated).

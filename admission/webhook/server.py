@@ -40,6 +40,7 @@ from admission.policy import Policy, PolicyError, PolicyIssue, check_text
 from admission.webhook.review import (
     Decision,
     MalformedReview,
+    Outcome,
     dumps,
     loads,
     parse_review,
@@ -161,7 +162,7 @@ def _internal_refusal(uid: str) -> Decision:
                "retry, and report it if it persists")
     return Decision({"uid": uid, "allowed": False,
                      "status": {"code": 403, "reason": "Forbidden", "message": message}},
-                    "denied", "internal-error")
+                    Outcome.DENIED, "internal-error")
 
 
 def encode_answer(api_version: str, response: AdmissionResponse) -> bytes:

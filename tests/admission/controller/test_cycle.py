@@ -227,3 +227,18 @@ def test_a_replica_that_loses_the_lease_mid_cycle_stops_writing() -> None:
     report = ctl.run_cycle()
     assert report.admitted == 4 and len(report.released) == 1
     assert sum(gates(api, f"team-a/j{i}") == [] for i in range(4)) == 1
+
+
+def test_gang_states_reach_the_report_and_the_metrics_as_plain_names() -> None:
+    api = cluster(nodes=1, gpus=8)
+    api.add_pod(pod("other", ns="ops", gpus=6, gated=False, node_name="n0"))
+    api.add_pod(pod("big", gpus=4))  # does not fit beside "other": stays pending
+    api.add_pod(pod("w0", gang="half", size=2, gpus=1))  # its second pod never comes
+    ctl = controller(api, FakeClock())
+    report = ctl.run_cycle()
+    assert report.gangs == {"pending": 1, "incomplete": 1}
+    assert {type(state) for state in report.gangs} == {str}
+    assert "'incomplete': 1" in report.summary()
+    for state in ("pending", "incomplete"):
+        assert ctl.metrics.registry.get_sample_value(
+            "berth_pending_gangs", {"tenant": "team-a", "state": state}) == 1
