@@ -16,6 +16,13 @@ from typing import Any
 from admission import constants as c
 from admission.agent import schema as agent_schema
 from admission.controller import keys, quantity
+
+# The small readers, re-exported: the controller reads objects through this module.
+from admission.objects import Obj as Obj
+from admission.objects import annotations_of as annotations_of
+from admission.objects import labels as labels
+from admission.objects import meta as meta
+from admission.objects import spec as spec
 from solver.types import (
     GPU,
     MILLI,
@@ -30,32 +37,14 @@ from solver.types import (
     TopologyRequirement,
 )
 
-Obj = Mapping[str, Any]
-
 
 class TranslationError(ValueError):
     """An object carries a value Berth cannot read; the message names the object and field."""
 
 
 # --------------------------------------------------------------------------------------------
-# Small readers
+# Small readers (meta, spec, labels and annotations_of come from admission.objects)
 # --------------------------------------------------------------------------------------------
-
-
-def meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
-
-
-def spec(obj: Obj) -> Obj:
-    return obj.get("spec") or {}
-
-
-def labels(obj: Obj) -> Mapping[str, str]:
-    return meta(obj).get("labels") or {}
-
-
-def annotations_of(obj: Obj) -> Mapping[str, str]:
-    return meta(obj).get("annotations") or {}
 
 
 def pod_key(pod: Obj) -> str:
