@@ -33,37 +33,48 @@ and works unchanged with or without Kueue.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 from admission import constants as c
-from admission.controller import translate as tr
-
-if TYPE_CHECKING:
-    from admission.controller.api import ClusterApi
-    from admission.controller.snapshot import GangInfo
-    from admission.controller.translate import Obj
+from admission import objects
+from admission.backends.base import BackendName, CustomObjects, ReleasedGang
+from admission.objects import Obj
 
 
 class KueueBackend:
-    name = "kueue"
+    name = BackendName.KUEUE
+    title = "Kueue"
+    scheduler_name: str | None = None
+    queue_kind: str | None = "LocalQueue"
 
-    def pod_metadata(self, gang: GangInfo, queue: str | None) -> tuple[dict[str, str],
-                                                                      dict[str, str]]:
+    def creation_keys(self, *, queue: str | None, group: str, size: int | None,
+                      labels: Mapping[str, str], annotations: Mapping[str, str],
+                      add_labels: dict[str, str], add_annotations: dict[str, str]) -> None:
+        """Kueue gates and manages a pod only if its queue label (and, for a group, the
+        pod-group keys) is there when Kueue's own webhook sees the CREATE, after Berth's."""
+        if queue and c.KUEUE_QUEUE_LABEL not in labels:
+            add_labels[c.KUEUE_QUEUE_LABEL] = queue
+        if size is not None and size > 1 and c.KUEUE_POD_GROUP_LABEL not in labels:
+            add_labels[c.KUEUE_POD_GROUP_LABEL] = group
+            add_annotations[c.KUEUE_POD_GROUP_COUNT] = str(size)
+
+    def pod_metadata(self, gang: ReleasedGang, queue: str | None) -> tuple[dict[str, str],
+                                                                          dict[str, str]]:
         labels: dict[str, str] = {}
         annotations: dict[str, str] = {}
         if queue:
             labels[c.KUEUE_QUEUE_LABEL] = queue
-        group = next((tr.labels(p).get(c.LABEL_GANG) for p in gang.pods), None)
+        group = next((objects.labels(p).get(c.LABEL_GANG) for p in gang.pods), None)
         if gang.size > 1 and group:
             labels[c.KUEUE_POD_GROUP_LABEL] = group
             annotations[c.KUEUE_POD_GROUP_COUNT] = str(gang.size)
         return labels, annotations
 
-    def prepare(self, api: ClusterApi, gang: GangInfo, queue: str | None) -> None:
+    def prepare(self, api: CustomObjects, gang: ReleasedGang, queue: str | None) -> None:
         return None  # Kueue builds the Workload from the pods itself
 
     def problem(self, pod: Obj) -> str | None:
-        if c.KUEUE_QUEUE_LABEL not in tr.labels(pod):
+        if c.KUEUE_QUEUE_LABEL not in objects.labels(pod):
             return (f"label {c.KUEUE_QUEUE_LABEL} was not set at creation, so Kueue does not "
                     "manage this pod; set the tenant's queue under tenants[].queues.kueue")
         return None

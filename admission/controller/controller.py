@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from admission.backends import make_backend
+from admission.backends import backend_named
 from admission.controller import translate as tr
 from admission.controller.api import ClusterApi, Json
 from admission.controller.cycle import Cycle, CycleReport, Solve
@@ -55,7 +55,7 @@ class Controller:
         self.clock = clock
         self.metrics = metrics or Metrics()
         self.inventory = Inventory()
-        self.backend = make_backend(settings.backend)
+        self.backend = backend_named(settings.backend)
         self._worker: WorkerSolver | None = None
         if solve is None:
             self._worker = WorkerSolver(solver=settings.solver,
@@ -95,7 +95,7 @@ class Controller:
     def update_settings(self, settings: Settings) -> None:
         """A new policy version: the next cycle uses it (backend and queues included)."""
         self.settings = settings
-        self.backend = make_backend(settings.backend)
+        self.backend = backend_named(settings.backend)
         self.cycle.settings = settings
         self.releaser.backend = self.backend
         self.releaser.queues = settings.queues

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from admission.backends import BackendName
 from admission.policy import Policy, to_solver
 from solver.names import SolverName
 from solver.types import SolverPolicy, Tenant
@@ -36,7 +37,7 @@ class Settings:
     solver: SolverName = SolverName.CPSAT
     time_limit_seconds: float = 5.0
     seed: int = 0
-    backend: str = "standalone"  # standalone | kueue | volcano
+    backend: BackendName = BackendName.STANDALONE
     queues: Mapping[str, str] = field(default_factory=dict)  # tenant -> backend queue
     # Most pod condition updates and events the controller writes per cycle, so that 10,000
     # waiting pods do not turn one cycle into 10,000 writes; the rest follow in later cycles.

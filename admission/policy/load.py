@@ -118,7 +118,7 @@ def _message(err: Any) -> str:
         return "required field is missing"
     if kind == "extra_forbidden":
         return f"unknown field; check its spelling against {SAMPLE_HINT}"
-    if kind == "literal_error":
+    if kind in ("literal_error", "enum"):
         return f"must be one of {ctx['expected']}, got {err['input']!r}"
     if kind == "string_pattern_mismatch":
         return f"{err['input']!r} does not match {ctx['pattern']}"

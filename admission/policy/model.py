@@ -15,6 +15,8 @@ from typing import Annotated, Final, Literal, TypeVar, cast
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from pydantic.alias_generators import to_camel
 
+from admission.backends import BackendName
+
 # A Kubernetes name (RFC 1123 label): namespaces and tenant names.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
@@ -58,10 +60,15 @@ class Limits(_Model):
 
 
 class Queues(_Model):
-    """The tenant's queue in each release backend (used when ``release.backend`` names it)."""
+    """The tenant's queue in each release backend that has queues, under the backend's name
+    (used when ``release.backend`` names it)."""
 
     kueue: NonEmpty | None = None  # a LocalQueue in each of the tenant's namespaces
     volcano: NonEmpty | None = None  # a Volcano Queue
+
+    def of(self, backend: BackendName) -> str | None:
+        """The queue under ``backend``'s name; None when unset or the backend has no queues."""
+        return getattr(self, backend.value) if backend.value in type(self).model_fields else None
 
 
 class Tenant(_Model):
@@ -237,7 +244,7 @@ class SolverSettings(_Model):
 class Release(_Model):
     """Where admitted pods go: the default scheduler, Kueue or Volcano (queues per tenant)."""
 
-    backend: Literal["standalone", "kueue", "volcano"] = "standalone"
+    backend: BackendName = BackendName.STANDALONE
 
 
 class Admission(_Model):
@@ -314,9 +321,5 @@ class Policy(_Model):
         return self
 
     def queue_for(self, tenant: Tenant) -> str | None:
-        """The tenant's queue in the configured release backend (None for standalone)."""
-        if self.release.backend == "kueue":
-            return tenant.queues.kueue
-        if self.release.backend == "volcano":
-            return tenant.queues.volcano
-        return None
+        """The tenant's queue in the configured release backend (None for one without queues)."""
+        return tenant.queues.of(self.release.backend)

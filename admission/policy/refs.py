@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from admission.backends import BACKENDS, BackendName
+
 Path = tuple[str | int, ...]
 RefError = tuple[Path, str]
 
@@ -90,7 +92,8 @@ def _topology(data: object) -> list[RefError]:
 def _tenant_refs(data: object, models: set[str], classes: set[str]) -> list[RefError]:
     errors: list[RefError] = []
     owner: dict[str, str] = {}
-    backend = _section(data, "release").get("backend", "standalone")
+    named = _section(data, "release").get("backend", BackendName.STANDALONE)
+    backend = BACKENDS.get(named) if isinstance(named, str) else None  # else the model says
     for i, tenant in _items(data, "tenants"):
         name = tenant.get("name", f"#{i}")
         for j, ns in _strings(tenant, "namespaces"):
@@ -117,13 +120,13 @@ def _tenant_refs(data: object, models: set[str], classes: set[str]) -> list[RefE
         default = tenant.get("defaultQosClass")
         if isinstance(default, str) and default not in classes:
             errors.append((("tenants", i, "defaultQosClass"), _unknown_class(default, classes)))
-        if backend in ("kueue", "volcano"):
+        if backend is not None and backend.queue_kind:
             queues = tenant.get("queues")
-            if not (isinstance(queues, dict) and queues.get(backend)):
-                what = "LocalQueue" if backend == "kueue" else "Volcano Queue"
+            if not (isinstance(queues, dict) and queues.get(backend.name)):
                 errors.append(
-                    (("tenants", i, "queues", backend),
-                     f"required when release.backend is {backend}: name the tenant's {what}")
+                    (("tenants", i, "queues", backend.name.value),
+                     f"required when release.backend is {backend.name}: name the tenant's "
+                     f"{backend.queue_kind}")
                 )
     return errors
 

@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from admission import constants as c
+from admission.backends import Backend, backend_named
 from admission.jsonpatch import PatchOp, pointer
 from admission.policy import Policy, Tenant
 from admission.sharing import SharingAdapter, SharingError, Translation, adapter_for
@@ -127,7 +128,7 @@ class ReviewContext:
     generation: str
     refuse_tenant_mismatch: bool
     require_gang_size: bool
-    release_backend: str
+    release: Backend
     sharing_backend: str
     # Adapters are pure: a demand's translation is computed once per policy version (failures
     # are not cached, so their message is built again each time, as before).
@@ -146,7 +147,7 @@ class ReviewContext:
             qos_classes=frozenset(q.name for q in policy.qos_classes),
             refuse_tenant_mismatch=policy.admission.tenant_mismatch == "refuse",
             require_gang_size=bool(policy.admission.require_gang_size),
-            release_backend=policy.release.backend,
+            release=backend_named(policy.release.backend),
             sharing_backend=policy.sharing.backend,
             translations={},
         )
@@ -290,7 +291,8 @@ def _admit(
         problems.append(PodProblem(
             "spec.nodeName", "a GPU pod managed by Berth is placed by Berth; remove nodeName",
             "node-name-set"))
-    scheduler = _scheduler(spec, problems) if ctx.release_backend == "volcano" else None
+    wanted = ctx.release.scheduler_name
+    scheduler = _scheduler(spec, wanted, ctx.release.title, problems) if wanted else None
     models = _models(demand, rules, problems) if demand.models else rules.allowed_models
     if demand.fraction is None and demand.memory_mib == 0:
         milli, count = 1000, demand.count
@@ -393,15 +395,18 @@ def _check_env(demand: GpuDemand, problems: list[PodProblem]) -> dict[int, set[s
     return names
 
 
-def _scheduler(spec: Mapping[str, Any], problems: list[PodProblem]) -> str | None:
-    """Volcano needs ``schedulerName: volcano`` set at creation (it is immutable afterwards)."""
+def _scheduler(
+    spec: Mapping[str, Any], wanted: str, backend: str, problems: list[PodProblem],
+) -> str | None:
+    """The release backend's scheduler (``wanted``), to set at creation: ``schedulerName`` is
+    immutable afterwards. None when the pod already names it, or names another (a problem)."""
     name = spec.get("schedulerName")
     if name in (None, "", "default-scheduler"):
-        return c.VOLCANO_SCHEDULER
-    if name != c.VOLCANO_SCHEDULER:
+        return wanted
+    if name != wanted:
         problems.append(PodProblem(
             "spec.schedulerName", f"is {name!r} but this cluster releases GPU pods to "
-            f"Volcano; remove it or set it to {c.VOLCANO_SCHEDULER!r}", "scheduler-name"))
+            f"{backend}; remove it or set it to {wanted!r}", "scheduler-name"))
     return None
 
 
@@ -582,10 +587,9 @@ def _patch_metadata(
         new_annotations[c.ANNOTATION_GANG_SIZE] = str(gang.size)
     if queue:
         new_annotations[c.ANNOTATION_QUEUE] = queue
-    backend = ctx.release_backend
-    if backend == "kueue" or backend == "volcano":
-        _backend_keys_at_creation(backend, queue, gang, gang_label, labels, annotations,
-                                  new_labels, new_annotations)
+    ctx.release.creation_keys(queue=queue, group=gang_label, size=gang.size, labels=labels,
+                              annotations=annotations, add_labels=new_labels,
+                              add_annotations=new_annotations)
     # ``meta`` is the pod's metadata map as it arrived (``{}`` when it had none).
     patch.merge_map(_LABELS, meta.get("labels"), new_labels)
     drop = [key for key in c.ASSIGNMENT_ANNOTATIONS if key in annotations] if annotations else []
@@ -598,31 +602,6 @@ def _patch_metadata(
         patch.ops.append({"op": "add", "path": "/metadata/annotations", "value": new_annotations})
     else:
         patch.set(_ANNOTATIONS, new_annotations)
-
-
-def _backend_keys_at_creation(
-    backend: str, queue: str | None, gang: GangIdentity, gang_label: str,
-    labels: Mapping[str, str], annotations: Mapping[str, str], new_labels: dict[str, str],
-    new_annotations: dict[str, str],
-) -> None:
-    """Keys the release backend reads only at creation, added where the user left them out.
-
-    Kueue gates and manages a pod only if its queue label (and, for a group, the pod-group
-    keys) is there when Kueue's own webhook sees the CREATE, which runs after Berth's. Volcano
-    reads the group and queue from annotations. Keys the user wrote are kept as they are.
-    """
-    group = gang.size is not None and gang.size > 1
-    if backend == "kueue":
-        if queue and c.KUEUE_QUEUE_LABEL not in labels:
-            new_labels[c.KUEUE_QUEUE_LABEL] = queue
-        if group and c.KUEUE_POD_GROUP_LABEL not in labels:
-            new_labels[c.KUEUE_POD_GROUP_LABEL] = gang_label
-            new_annotations[c.KUEUE_POD_GROUP_COUNT] = str(gang.size)
-    elif backend == "volcano":
-        if queue and c.VOLCANO_QUEUE_ANNOTATION not in annotations:
-            new_annotations[c.VOLCANO_QUEUE_ANNOTATION] = queue
-        if c.VOLCANO_GROUP_ANNOTATION not in annotations:
-            new_annotations[c.VOLCANO_GROUP_ANNOTATION] = gang_label
 
 
 def _patch_resources(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from admission import constants as c
-from admission.backends import make_backend
+from admission.backends import BACKENDS, BackendName, backend_named
+from admission.policy import Queues
 from tests.admission.controller.fakeapi import FakeApi
 from tests.admission.controller.harness import controller, gates, settings
 from tests.admission.controller.objects import FakeClock, node, pod
@@ -53,11 +54,24 @@ def test_volcano_pod_group_is_created_before_the_gates_open() -> None:
 
 
 def test_backend_problems_name_what_only_creation_could_set() -> None:
-    assert "schedulerName" in (make_backend("volcano").problem(pod("x")) or "")
-    assert c.KUEUE_QUEUE_LABEL in (make_backend("kueue").problem(pod("x")) or "")
-    assert make_backend("standalone").problem(pod("x")) is None
+    assert "schedulerName" in (backend_named("volcano").problem(pod("x")) or "")
+    assert c.KUEUE_QUEUE_LABEL in (backend_named("kueue").problem(pod("x")) or "")
+    assert backend_named("standalone").problem(pod("x")) is None
 
 
 def test_unknown_backend_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match=r"release\.backend: unknown backend 'slurm'"):
-        make_backend("slurm")
+        backend_named("slurm")
+
+
+def test_every_backend_name_has_one_backend_and_its_queue_field() -> None:
+    assert list(BACKENDS) == list(BackendName)
+    assert all(BACKENDS[name].name is name for name in BackendName)
+    # A backend with queues reads tenants[].queues.<its name>: the policy declares that field.
+    with_queues = {b.name.value for b in BACKENDS.values() if b.queue_kind}
+    assert with_queues == set(Queues.model_fields) == {"kueue", "volcano"}
+
+
+def test_unknown_backend_lists_every_name() -> None:
+    with pytest.raises(ValueError, match=r"; use standalone, kueue or volcano$"):
+        backend_named("slurm")

@@ -1,8 +1,10 @@
-"""Keys Kueue and Volcano read only at creation are added by the webhook, never overwritten."""
+"""Keys Kueue and Volcano read only at creation are added by the webhook, never overwritten,
+and the release writes the same keys again."""
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ from review_helpers import SAMPLE, fixture, policy_from
 from test_review import decide
 
 from admission import constants as c
+from admission.backends import backend_named
 
 
 def _policy(backend: str) -> Any:
@@ -64,3 +67,29 @@ def test_standalone_adds_no_backend_keys(name: str) -> None:
     keys = set(pod["metadata"]["labels"]) | set(pod["metadata"]["annotations"])
     assert not keys & {c.KUEUE_QUEUE_LABEL, c.KUEUE_POD_GROUP_LABEL, c.VOLCANO_GROUP_ANNOTATION,
                        c.VOLCANO_QUEUE_ANNOTATION}
+
+
+@dataclass
+class _Gang:
+    key: str
+    size: int
+    pods: list[dict[str, Any]]
+
+
+@pytest.mark.parametrize("policy", [KUEUE, VOLCANO, STANDALONE],
+                         ids=["kueue", "volcano", "standalone"])
+def test_release_writes_again_what_the_webhook_added_at_creation(policy: Any) -> None:
+    pods = [decide(_with_gang(fixture("plain-gpu-pod.json"), 2), policy)[1] for _ in range(2)]
+    meta = pods[0]["metadata"]
+    backend = backend_named(policy.release.backend)
+    queue = meta["annotations"].get(c.ANNOTATION_QUEUE)
+    added_labels: dict[str, str] = {}
+    added_annotations: dict[str, str] = {}
+    backend.creation_keys(queue=queue, group=meta["labels"][c.LABEL_GANG], size=2, labels={},
+                          annotations={}, add_labels=added_labels,
+                          add_annotations=added_annotations)
+    assert added_labels.items() <= meta["labels"].items()
+    assert added_annotations.items() <= meta["annotations"].items()
+    released = backend.pod_metadata(_Gang("team-b/trainer", 2, pods), queue)
+    assert released == (added_labels, added_annotations)
+    assert bool(added_labels or added_annotations) == (backend.name != "standalone")
