@@ -25,8 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from admission.simulate.plots import timed_figure  # noqa: E402
-from admission.simulate.timed import DEFAULT_CONTENDERS, Contender  # noqa: E402
+from admission.simulate import DEFAULT_CONTENDERS, Contender, timed_figure  # noqa: E402
 from solver.generate import generate  # noqa: E402
 from solver.simulate.timed import TimedConfig, TimedResult, simulate_timed  # noqa: E402
 from solver.simulate.timed_scenario import Scenario, scenario_from_trace  # noqa: E402
@@ -135,7 +134,7 @@ def alibaba_slice(nodes_n: int, pods_n: int, load: float) -> tuple[Scenario, flo
     """The first ``nodes_n`` GPU nodes and ``pods_n`` consecutive pods by creation time from
     the middle of the trace (its early months are nearly empty), times shifted to start at 0,
     with arrivals sped up so that the offered GPU load is ``load`` x the slice's capacity."""
-    from admission.simulate.tracefiles import read_nodes, read_pods
+    from admission.simulate import read_nodes, read_pods
 
     d = data_dir() / "alibaba-gpu-v2023"
     nodes = read_nodes(d / "openb_node_list_gpu_node.csv")

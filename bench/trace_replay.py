@@ -37,8 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from admission.commands.simulate import plot_curves, simulate_fgd  # noqa: E402
-from admission.simulate.tracefiles import read_nodes, read_pods  # noqa: E402
+from admission.simulate import plot_curves, read_nodes, read_pods, simulate_fgd  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 REPORT = REPO / "bench" / "trace_replay.md"

@@ -1,21 +1,15 @@
-"""The shell around the timed replay: ``berth simulate`` with no arguments (the embedded
-default) and ``berth simulate --mode timed``.
+"""The shell around the timed replay: the embedded default (``berth simulate`` with no
+arguments) and a timed replay of a node list and a pod list (``berth simulate --mode timed``).
 
 The pure replay lives in :mod:`solver.simulate.timed`; this module picks the scenario (Berth's
 generator, or a node list and a pod list with creation and deletion times), runs the policies,
-prints the comparison table, and writes the JSON and the plot.
-
-Hooks for the ``berth simulate`` command (admission/commands/simulate.py): :func:`add_arguments`
-adds the flags only the timed replay reads (``--window-s``, ``--tenants``, ``--time-scale``,
-``--speedup``, ``--until``, ``--max-pending``, ``--compare``); :func:`run_default` serves a
-call with no scenario arguments and :func:`run_timed` serves ``--mode timed``. Both take the parsed
-``argparse.Namespace`` and read ``--policy``, ``--seeds``, ``--json`` and ``--plot`` from it
-when present, and raise :class:`admission.cli.UsageError` on bad input.
+prints the comparison table, and writes the JSON and the plot. It takes typed arguments and
+raises :class:`~admission.simulate.errors.SimulateError` on bad input; turning flags into these
+calls is the command's part (admission/commands/simulate.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Sequence
@@ -23,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from admission.simulate.errors import SimulateError
 from solver.simulate.timed import TimedConfig, TimedResult, simulate_timed
 
 if TYPE_CHECKING:
@@ -30,9 +25,6 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from solver.simulate.timed_scenario import Scenario
-
-#: Where the no-argument run writes its plot (``out/`` is git-ignored).
-DEFAULT_PLOT = Path("out/simulate-default.png")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +40,7 @@ class Contender:
 
 
 #: The embedded default compares every policy, and the interference-oblivious variants of
-#: CP-SAT and best-fit (issue: co-location against interference-oblivious packing).
+#: CP-SAT and best-fit (co-location against interference-oblivious packing).
 DEFAULT_CONTENDERS = (
     Contender("cpsat"),
     Contender("cpsat", interference_aware=False),
@@ -75,28 +67,6 @@ def parse_contenders(text: str) -> tuple[Contender, ...]:
     return tuple(out)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags only the timed replay and the embedded default read (``berth simulate`` defines
-    the shared ones: ``--nodes``, ``--pods``, ``--policy``, ``--seeds``, ``--time-limit``,
-    ``--json``, ``--plot``, ``--mode``)."""
-    g = parser.add_argument_group("timed replay (--mode timed and the embedded default)")
-    g.add_argument("--window-s", type=float, default=5.0, metavar="S",
-                   help="batch window in simulated seconds (default 5)")
-    g.add_argument("--tenants", type=int, default=4, metavar="N",
-                   help="tenants a trace's pods are hashed into (default 4)")
-    g.add_argument("--time-scale", type=float, default=1.0, metavar="F",
-                   help="multiply a trace's times by F (< 1 compresses it; default 1)")
-    g.add_argument("--speedup", type=float, default=1.0, metavar="F",
-                   help="a trace's pods arrive F times faster, run times unchanged: F times "
-                   "the offered load (default 1)")
-    g.add_argument("--until", type=float, default=None, metavar="S",
-                   help="stop the simulated clock at S seconds")
-    g.add_argument("--max-pending", type=int, default=64, metavar="N",
-                   help="most waiting gangs one window's snapshot holds (default 64)")
-    g.add_argument("--compare", default=None, metavar="LIST",
-                   help="policies to compare, e.g. cpsat,cpsat-oblivious,bestfit-oblivious")
-
-
 # --------------------------------------------------------------------------------------------
 # Running and reporting
 # --------------------------------------------------------------------------------------------
@@ -117,16 +87,15 @@ def build_configs(
     until_s: float | None = None,
 ) -> list[TimedConfig]:
     """One config per contender, every bad value reported before anything runs."""
-    from admission.cli import UsageError
     from solver.names import SolverName
     from solver.types import ProblemError
 
     unknown = [c.policy for c in contenders if SolverName.of(c.policy) is None]
     if unknown:
-        raise UsageError(f"--policy/--compare: unknown policy {unknown[0]!r}; choose from "
-                         f"{', '.join(SolverName)}, each optionally with -oblivious")
+        raise SimulateError(f"--policy/--compare: unknown policy {unknown[0]!r}; choose from "
+                            f"{', '.join(SolverName)}, each optionally with -oblivious")
     if until_s is not None and until_s <= 0:
-        raise UsageError(f"--until: must be > 0 seconds, got {until_s:g}")
+        raise SimulateError(f"--until: must be > 0 seconds, got {until_s:g}")
     try:
         return [
             TimedConfig(policy=c.policy, window_s=window_s, time_limit_s=time_limit_s,
@@ -135,7 +104,7 @@ def build_configs(
             for c in contenders
         ]
     except ProblemError as exc:
-        raise UsageError(f"{_FLAGS.get(exc.path, exc.path)}: {exc.message}") from None
+        raise SimulateError(f"{_FLAGS.get(exc.path, exc.path)}: {exc.message}") from None
 
 
 def run_contenders(
@@ -254,54 +223,21 @@ def write_outputs(
         fig.savefig(plot_path, dpi=110)
 
 
-def _arg(args: argparse.Namespace, name: str, default: Any) -> Any:
-    value = getattr(args, name, None)
-    return default if value is None else value
-
-
-def _first_seed(args: argparse.Namespace) -> int:
-    seeds = _arg(args, "seeds", None)
-    if seeds is None:
-        return 0
-    if isinstance(seeds, str):
-        return int(seeds.split(",")[0])
-    if isinstance(seeds, Sequence):
-        return int(seeds[0])
-    return int(seeds)
-
-
-def _contenders(args: argparse.Namespace, fallback: Sequence[Contender]) -> list[Contender]:
-    from admission.cli import UsageError
-
-    compare = _arg(args, "compare", None)
-    policy = _arg(args, "policy", None)
-    if compare:
-        found = list(parse_contenders(compare))
-        if not found:
-            raise UsageError("--compare: name at least one policy, e.g. cpsat,bestfit-oblivious")
-        return found
-    if policy:
-        return [Contender(policy)]
-    return list(fallback)
-
-
-def run_default(
-    args: argparse.Namespace | None = None,
+def replay_default(
     *,
-    console: Console | None = None,
-) -> int:
-    """``berth simulate`` with no arguments: a generated cluster and workload, every policy,
-    a table and a plot (``--plot`` overrides where it goes)."""
-    from rich.console import Console
-
+    contenders: Sequence[Contender],
+    seed: int,
+    window_s: float,
+    time_limit_s: float,
+    max_pending: int,
+    json_path: Path | None,
+    plot_path: Path,
+    console: Console,
+) -> list[TimedResult]:
+    """The embedded default: a generated cluster and workload, the contenders, a table and a
+    plot."""
     from solver.generate import generate
 
-    args = args or argparse.Namespace()
-    console = console or Console()
-    seed = _first_seed(args)
-    window = float(_arg(args, "window_s", 5.0))
-    limit = float(_arg(args, "time_limit", 1.0))
-    contenders = _contenders(args, DEFAULT_CONTENDERS)
     scenario = generate(seed=seed)
     gpus = sum(len(n.gpus) for n in scenario.nodes)
     console.print(
@@ -309,85 +245,75 @@ def run_default(
         f"{len(scenario.nodes)} nodes / {gpus} GPUs, {len(scenario.arrivals)} gangs of "
         f"{len(scenario.tenants)} tenants over "
         f"{scenario.arrivals[-1].arrival_s / 60:.0f} min (seed {seed}), "
-        f"{window:g} s batch windows"
+        f"{window_s:g} s batch windows"
     )
-    configs = build_configs(contenders, window_s=window, time_limit_s=limit, seed=seed,
-                            max_pending=int(_arg(args, "max_pending", 64)))
+    configs = build_configs(contenders, window_s=window_s, time_limit_s=time_limit_s, seed=seed,
+                            max_pending=max_pending)
     started = time.perf_counter()
     results = run_contenders(scenario, configs, console=console)
     wall = time.perf_counter() - started
-    title = f"embedded default, seed {seed}, window {window:g} s"
+    title = f"embedded default, seed {seed}, window {window_s:g} s"
     print_report(console, results, title=f"Policies on the {title}")
-    plot = Path(_arg(args, "plot", DEFAULT_PLOT))
-    json_out = _arg(args, "json", None)
-    write_outputs(results, json_path=Path(json_out) if json_out else None, plot_path=plot,
+    write_outputs(results, json_path=json_path, plot_path=plot_path,
                   title=f"berth simulate: {title}",
-                  extra={"mode": "default", "seed": seed, "window_s": window,
+                  extra={"mode": "default", "seed": seed, "window_s": window_s,
                          "wall_seconds": wall})
-    console.print(f"plot: {plot}   ({wall:.1f} s)")
-    return 0
+    console.print(f"plot: {plot_path}   ({wall:.1f} s)")
+    return results
 
 
-def load_trace_scenario(args: argparse.Namespace) -> Scenario:
-    """The node list and pod list of ``args`` as a timed scenario (tenants by hash of the pod
-    name, see :func:`solver.simulate.timed_scenario.tenant_by_hash`)."""
-    from admission.cli import UsageError
-    from admission.simulate.tracefiles import TraceFileError, read_nodes, read_pods
+def load_trace_scenario(nodes_file: str, pods_file: str, *, tenants: int, time_scale: float,
+                        speedup: float) -> Scenario:
+    """A node list and a pod list as a timed scenario (tenants by hash of the pod name, see
+    :func:`solver.simulate.timed_scenario.tenant_by_hash`); errors name the files as given."""
+    from admission.simulate.tracefiles import read_nodes, read_pods
     from solver.simulate.timed_scenario import scenario_from_trace
     from solver.types import ProblemError
 
-    nodes_path, pods_path = _arg(args, "nodes", None), _arg(args, "pods", None)
-    if not nodes_path or not pods_path:
-        raise UsageError("--mode timed needs --nodes NODES.csv and --pods PODS.csv "
-                         "(or no arguments at all for the embedded default)")
-    try:
-        nodes = read_nodes(Path(nodes_path))
-        pods = read_pods(Path(pods_path))
-    except TraceFileError as exc:
-        raise UsageError(str(exc)) from None
+    nodes = read_nodes(Path(nodes_file))
+    pods = read_pods(Path(pods_file))
     if all(p.creation_time == 0 and p.deletion_time == 0 for p in pods):
-        raise UsageError(f"{pods_path}: --mode timed needs the creation_time and deletion_time "
-                         "columns, and this pod list has no times; use --mode fgd for it")
+        raise SimulateError(f"{pods_file}: --mode timed needs the creation_time and "
+                            "deletion_time columns, and this pod list has no times; use "
+                            "--mode fgd for it")
     try:
-        return scenario_from_trace(
-            nodes, pods, tenants=int(_arg(args, "tenants", 4)),
-            time_scale=float(_arg(args, "time_scale", 1.0)),
-            speedup=float(_arg(args, "speedup", 1.0)),
-        )
+        return scenario_from_trace(nodes, pods, tenants=tenants, time_scale=time_scale,
+                                   speedup=speedup)
     except ProblemError as exc:
-        raise UsageError(f"{exc.path}: {exc.message}") from None
+        raise SimulateError(f"{exc.path}: {exc.message}") from None
 
 
-def run_timed(args: argparse.Namespace, *, console: Console | None = None) -> int:
-    """``berth simulate --mode timed --nodes N.csv --pods P.csv [--policy P | --compare L]``."""
-    from rich.console import Console
-
-
-    console = console or Console()
-    seed = _first_seed(args)
-    window = float(_arg(args, "window_s", 5.0))
-    limit = float(_arg(args, "time_limit", 2.0))
-    contenders = _contenders(args, (Contender("cpsat"),))
-    until = _arg(args, "until", None)
-    configs = build_configs(contenders, window_s=window, time_limit_s=limit, seed=seed,
-                            max_pending=int(_arg(args, "max_pending", 64)),
-                            until_s=float(until) if until is not None else None)
-    scenario = load_trace_scenario(args)
+def replay_trace(
+    configs: Sequence[TimedConfig],
+    *,
+    nodes_file: str,
+    pods_file: str,
+    tenants: int,
+    time_scale: float,
+    speedup: float,
+    json_path: Path | None,
+    plot_path: Path | None,
+    console: Console,
+) -> list[TimedResult]:
+    """A timed replay of a node list and a pod list under each config (as
+    :func:`build_configs` makes them: one window and one seed for all), a table, and the JSON
+    and the plot where asked."""
+    window_s, seed = configs[0].window_s, configs[0].seed
+    scenario = load_trace_scenario(nodes_file, pods_file, tenants=tenants,
+                                   time_scale=time_scale, speedup=speedup)
     console.print(
         f"[bold]berth simulate --mode timed[/bold]: {len(scenario.nodes)} nodes, "
         f"{len(scenario.arrivals)} pods in {len(scenario.tenants)} tenants "
-        f"(CRC-32 of the pod name), time x{float(_arg(args, 'time_scale', 1.0)):g}, "
-        f"arrivals x{float(_arg(args, 'speedup', 1.0)):g} faster, "
-        f"{window:g} s batch windows"
+        f"(CRC-32 of the pod name), time x{time_scale:g}, arrivals x{speedup:g} faster, "
+        f"{window_s:g} s batch windows"
     )
     started = time.perf_counter()
     results = run_contenders(scenario, configs, console=console)
     wall = time.perf_counter() - started
-    title = f"{Path(_arg(args, 'pods', 'pods')).name}, timed, window {window:g} s"
+    title = f"{Path(pods_file).name}, timed, window {window_s:g} s"
     print_report(console, results, title=title)
-    json_out, plot = _arg(args, "json", None), _arg(args, "plot", None)
-    write_outputs(results, json_path=Path(json_out) if json_out else None,
-                  plot_path=Path(plot) if plot else None, title=f"berth simulate: {title}",
-                  extra={"mode": "timed", "seed": seed, "window_s": window,
+    write_outputs(results, json_path=json_path, plot_path=plot_path,
+                  title=f"berth simulate: {title}",
+                  extra={"mode": "timed", "seed": seed, "window_s": window_s,
                          "wall_seconds": wall})
-    return 0
+    return results

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from admission.simulate.errors import SimulateError
 from solver.simulate.timed_scenario import TracePod
 from solver.simulate.trace import NODE_COLUMNS, POD_COLUMNS, RowError, node_from_row, pod_from_row
 from solver.types import Node
@@ -19,7 +20,7 @@ from solver.types import Node
 T = TypeVar("T")
 
 
-class TraceFileError(ValueError):
+class TraceFileError(SimulateError):
     """``path:line: column C: problem``; line and column are None where they do not apply."""
 
     def __init__(self, path: Path, line: int | None, column: str | None, message: str) -> None:

@@ -1,20 +1,25 @@
 """``berth simulate --mode timed``: a replay in simulated time, with queues, departures and
 tenants, through the same solver and checker as the live controller.
 
-How the clock works (a short recipe, as the controller's cycle):
+How the clock works: :func:`simulate_timed` is a short numbered recipe, as the controller's
+cycle is, and each step is one method of the one state object (:class:`_Replay`):
 
-1. Gangs join their tenant's queue at their arrival time; placed gangs leave when they have run
-   for their duration, freeing capacity at that exact moment.
-2. The controller wakes at the end of each batch window (multiples of ``window_s``). Windows in
-   which nothing arrived and nothing left are skipped: the snapshot would be the one already
-   solved, so the answer could not change capacity-wise.
-3. On waking, it builds a :class:`~solver.types.Snapshot` of what runs and what waits (the
-   oldest ``max_pending`` gangs, tenants interleaved so a burst of one cannot crowd the others
-   out), asks :func:`solver.api.solve` for a plan, and judges the plan with
-   :func:`solver.checker.check`. A violation stops the replay: the contract is that every
-   policy returns a feasible plan.
-4. Admitted gangs start at the window's end; the rest keep waiting, with their waiting time
-   (which the solver ages) growing.
+1. wake up    the controller wakes at the end of a batch window (multiples of ``window_s``):
+              the first one at or after the next arrival or departure. Windows in which
+              nothing arrived and nothing left are skipped: the snapshot would be the one
+              already solved, so the answer could not change capacity-wise.
+2. play       gangs join their tenant's queue at their arrival time; placed gangs leave when
+              they have run for their duration, freeing capacity at that exact moment (for
+              arrivals at that same moment too).
+3. (idle)     a window in which nothing waits decides nothing.
+4. snapshot   what runs and what waits: the oldest ``max_pending`` gangs, tenants interleaved
+              so a burst of one cannot crowd the others out.
+5. solve      :func:`solver.api.solve` with the policy's name bound in, timed.
+6. check      :func:`solver.checker.check` judges the plan. A violation stops the replay: the
+              contract is that every policy returns a feasible plan.
+7. start      admitted gangs start at the window's end; the rest keep waiting, with their
+              waiting time (which the solver ages) growing.
+8. stop       the clock stops when nothing is left to happen, or at ``until_s``.
 
 Everything that changes the GPUs' state goes through one place (:class:`_Cluster`), which
 integrates utilisation, per-tenant GPU time, energy and SLO attainment between changes.
@@ -383,6 +388,21 @@ class _Cluster:
         self.slow_seconds += len(self.slow) * dt
         self.now = t
 
+    def slo_result(self) -> SloResult:
+        """The latency-sensitive pods' integrals as they stand."""
+        return SloResult(
+            pods=len(self.ls_seen),
+            pod_seconds=self.ls_seconds,
+            met_seconds=self.ls_met,
+            latency_miss_s=self.ls_latency_miss,
+            ban_miss_s=self.ls_ban_miss,
+            pods_always_met=len(self.ls_seen - self.ls_missed),
+            mean_latency_ms=(self.ls_latency_area / self.ls_seconds
+                             if self.ls_seconds > 0 else 0.0),
+            mean_slowdown=(self.slow_area / self.slow_seconds
+                           if self.slow_seconds > 0 else 1.0),
+        )
+
     def _profile(self, r: Running) -> QoSProfile:
         return profile_for(r.qos_class, self.profiles)
 
@@ -527,185 +547,229 @@ def simulate_timed(
     arrivals seen so far after each window."""
     config = config or TimedConfig()
     solve = solve or default_solve(config)
-    truth = scenario.policy
-    shown = truth if config.interference_aware else oblivious_policy(truth)
-    cluster = _Cluster(scenario=scenario, profiles=resolve_profiles(truth.qos_classes),
-                       cutoff=scenario.arrivals[-1].arrival_s if scenario.arrivals else 0.0)
-    arrivals = scenario.arrivals
-    queues: dict[str, deque[TimedGang]] = {t.name: deque() for t in scenario.tenants}
-    placed: dict[str, _Placed] = {}
-    departures: list[tuple[float, str]] = []  # heap of (end, gang)
-    departed: set[str] = set()
-    next_arrival = 0
-    solves = 0
-    solve_seconds = 0.0
-    fallbacks = 0
+    replay = _Replay.begin(scenario, config)
     until = config.until_s
-    w = config.window_s
-    last_boundary = -w  # so that an arrival at 0 is solved in the window ending at 0
+    while (event := replay.next_event()) is not None:
+        # 1. Wake up at the first window end at or after the next event.
+        boundary = replay.wake_up(event)
+        if until is not None and boundary > until:
+            replay.play_until(until)  # the clock stops before that window ends
+            break
+        # 2. Play the departures and arrivals up to the window's end.
+        replay.play_until(boundary)
+        # 3. A window in which nothing waits decides nothing.
+        if not replay.waiting():
+            continue
+        # 4. Snapshot: what runs, and the oldest waiting gangs, tenants in turn.
+        pending = _take_pending(replay.queues, config.max_pending)
+        snapshot = replay.snapshot(pending, now=boundary)
+        # 5. Solve, timed.
+        plan = replay.solve(solve, snapshot)
+        # 6. Check: a plan the checker rejects stops the replay.
+        replay.check_plan(snapshot, plan, now=boundary)
+        # 7. Start the admitted gangs at the window's end.
+        replay.start(pending, plan, now=boundary)
+        if progress is not None and scenario.arrivals:
+            progress(replay.next_arrival / len(scenario.arrivals))
+    # 8. Stop the clock (at ``until`` if that is later than the last event) and sum up.
+    return replay.result(end=replay.stop_clock())
 
-    def next_event() -> float | None:
+
+@dataclass(slots=True, kw_only=True)
+class _Replay:
+    """Everything one timed replay changes as its clock runs: the cluster (the clock, what runs
+    where, every integral over time), the tenants' queues, the gangs placed and when they
+    leave, and the solver's tally. Each step of :func:`simulate_timed` is one method."""
+
+    scenario: Scenario
+    config: TimedConfig
+    shown: SolverPolicy  # what the solver sees: the scenario's policy, or blind to interference
+    cluster: _Cluster
+    queues: dict[str, deque[TimedGang]]  # waiting gangs per tenant, oldest first
+    next_arrival: int = 0  # index in scenario.arrivals of the next gang to arrive
+    last_boundary: float  # the window end the controller last woke at
+    placed: dict[str, _Placed] = field(default_factory=dict)
+    departures: list[tuple[float, str]] = field(default_factory=list)  # heap of (end, gang)
+    departed: set[str] = field(default_factory=set)
+    solves: int = 0
+    solve_seconds: float = 0.0
+    fallbacks: int = 0
+
+    @classmethod
+    def begin(cls, scenario: Scenario, config: TimedConfig) -> _Replay:
+        truth = scenario.policy
+        return cls(
+            scenario=scenario,
+            config=config,
+            shown=truth if config.interference_aware else oblivious_policy(truth),
+            cluster=_Cluster(scenario=scenario, profiles=resolve_profiles(truth.qos_classes),
+                             cutoff=scenario.arrivals[-1].arrival_s if scenario.arrivals
+                             else 0.0),
+            queues={t.name: deque() for t in scenario.tenants},
+            # so that an arrival at 0 is solved in the window ending at 0
+            last_boundary=-config.window_s,
+        )
+
+    def next_event(self) -> float | None:
+        """When the next gang arrives or leaves, whichever comes first (None: neither)."""
         cands = []
-        if next_arrival < len(arrivals):
-            cands.append(arrivals[next_arrival].arrival_s)
-        if departures:
-            cands.append(departures[0][0])
+        if self.next_arrival < len(self.scenario.arrivals):
+            cands.append(self.scenario.arrivals[self.next_arrival].arrival_s)
+        if self.departures:
+            cands.append(self.departures[0][0])
         return min(cands) if cands else None
 
-    while True:
-        ev = next_event()
-        if ev is None:
-            break
-        # 1. the controller's next wake-up: the first window end at or after the next event
-        boundary = max(-(-ev // w) * w, last_boundary + w)
-        stop = until is not None and boundary > until
-        horizon = until if stop and until is not None else boundary
-        # 2. departures and arrivals up to the window's end, in time order, each at its own
-        #    time (departures first on a tie: capacity freed at t is there for arrivals at t)
-        while (ev := next_event()) is not None and ev <= horizon:
-            cluster.advance(ev)
-            if departures and departures[0][0] == ev:
-                _, name = heapq.heappop(departures)
-                cluster.stop(placed[name])
-                departed.add(name)
+    def wake_up(self, event: float) -> float:
+        """The first window end at or after ``event``, past the last one woken at."""
+        w = self.config.window_s
+        self.last_boundary = max(-(-event // w) * w, self.last_boundary + w)
+        return self.last_boundary
+
+    def play_until(self, horizon: float) -> None:
+        """Departures and arrivals up to ``horizon``, in time order, each at its own time
+        (departures first on a tie: capacity freed at t is there for arrivals at t); then the
+        clock runs on to ``horizon``."""
+        arrivals = self.scenario.arrivals
+        while (event := self.next_event()) is not None and event <= horizon:
+            self.cluster.advance(event)
+            if self.departures and self.departures[0][0] == event:
+                _, name = heapq.heappop(self.departures)
+                self.cluster.stop(self.placed[name])
+                self.departed.add(name)
             else:
-                a = arrivals[next_arrival]
-                queues[a.gang.tenant].append(a)
-                cluster.enqueue(a)
-                next_arrival += 1
-        cluster.advance(horizon)
-        if stop:
-            break
-        last_boundary = boundary
-        if not any(queues.values()):
-            continue
-        # 3. snapshot, solve, check
-        pending = _take_pending(queues, config.max_pending)
+                a = arrivals[self.next_arrival]
+                self.queues[a.gang.tenant].append(a)
+                self.cluster.enqueue(a)
+                self.next_arrival += 1
+        self.cluster.advance(horizon)
+
+    def waiting(self) -> bool:
+        return any(self.queues.values())
+
+    def snapshot(self, pending: list[TimedGang], *, now: float) -> Snapshot:
+        """What runs, and ``pending`` with the time each has waited until ``now``."""
         gangs = tuple(
-            replace(a.gang, wait_seconds=max(0.0, boundary - a.arrival_s)) for a in pending
+            replace(a.gang, wait_seconds=max(0.0, now - a.arrival_s)) for a in pending
         )
-        snapshot = Snapshot(
-            nodes=scenario.nodes,
+        return Snapshot(
+            nodes=self.scenario.nodes,
             gangs=gangs,
-            running=tuple(cluster.running.values()),
-            tenants=scenario.tenants,
-            policy=shown,
+            running=tuple(self.cluster.running.values()),
+            tenants=self.scenario.tenants,
+            policy=self.shown,
         )
+
+    def solve(self, solve: SolveFn, snapshot: Snapshot) -> Plan:
         t0 = time.perf_counter()
         plan = solve(snapshot)
-        solve_seconds += time.perf_counter() - t0
-        solves += 1
-        fallbacks += int(plan.stats.fallback)
+        self.solve_seconds += time.perf_counter() - t0
+        self.solves += 1
+        self.fallbacks += int(plan.stats.fallback)
+        return plan
+
+    def check_plan(self, snapshot: Snapshot, plan: Plan, *, now: float) -> None:
+        """Raise :class:`SimulationError` if the checker rejects ``plan``."""
         violations = check(snapshot, plan)
         if violations:
             lines = "; ".join(str(v) for v in violations[:5])
             raise SimulationError(
-                f"{config.name} at t={boundary:g}s: the checker rejects the plan "
+                f"{self.config.name} at t={now:g}s: the checker rejects the plan "
                 f"({len(violations)} violation(s)): {lines}"
             )
-        # 4. admitted gangs start now
+
+    def start(self, pending: list[TimedGang], plan: Plan, *, now: float) -> None:
+        """The gangs ``plan`` admits leave their queues and start running at ``now``."""
         by_name = {a.gang.name: a for a in pending}
         for gp in plan.admitted:
             timed = by_name[gp.gang]
             pods = {pp.pod: (pp.node, pp.gpus) for pp in gp.pods}
-            p = _Placed(timed, boundary, boundary + timed.duration_s,
-                        _running_pods(pods, timed.gang))
-            placed[gp.gang] = p
-            cluster.start(p)
-            heapq.heappush(departures, (p.end_s, gp.gang))
-            queues[timed.gang.tenant].remove(timed)
-        if progress is not None and arrivals:
-            progress(next_arrival / len(arrivals))
+            p = _Placed(timed, now, now + timed.duration_s, _running_pods(pods, timed.gang))
+            self.placed[gp.gang] = p
+            self.cluster.start(p)
+            heapq.heappush(self.departures, (p.end_s, gp.gang))
+            self.queues[timed.gang.tenant].remove(timed)
 
-    end = cluster.now if until is None else max(cluster.now, until)
-    cluster.advance(end)
-    return _result(scenario, config, cluster, placed, departed, queues, end,
-                   solves, solve_seconds, fallbacks)
+    def stop_clock(self) -> float:
+        """Run the clock on to ``until_s`` if that is later, and return where it stopped."""
+        until = self.config.until_s
+        end = self.cluster.now if until is None else max(self.cluster.now, until)
+        self.cluster.advance(end)
+        return end
 
-
-def _result(
-    scenario: Scenario,
-    config: TimedConfig,
-    cluster: _Cluster,
-    placed: dict[str, _Placed],
-    departed: set[str],
-    queues: dict[str, deque[TimedGang]],
-    end: float,
-    solves: int,
-    solve_seconds: float,
-    fallbacks: int,
-) -> TimedResult:
-    waiting = {a.gang.name for q in queues.values() for a in q}
-    outcomes = []
-    for a in scenario.arrivals:
-        name = a.gang.name
-        p = placed.get(name)
-        if p is not None:
-            state = "departed" if name in departed else "running"
-            outcomes.append(GangOutcome(name, a.gang.tenant, a.arrival_s, p.start_s, p.end_s,
-                                        state))
-        elif name in waiting:
-            outcomes.append(GangOutcome(name, a.gang.tenant, a.arrival_s, None, None, "waiting"))
-        # gangs arriving after `until` never entered the replay and are not reported
-    waits = [o.wait_s for o in outcomes if o.wait_s is not None]
-    weights = {t.name: t.weight for t in scenario.tenants}
-    if cluster.cutoff <= 0:  # everything arrived at once: judge the whole replay
-        cluster.loaded_milli_s = dict(cluster.tenant_milli_s)
-        cluster.loaded_fair_milli_s = dict(cluster.fair_milli_s)
-    cluster.freeze_fairness()  # the clock stopped (--until) before the last arrival
-    loaded = cluster.loaded_milli_s or {}
-    loaded_fair = cluster.loaded_fair_milli_s or {}
-    gpu_seconds = {t: milli_s / MILLI for t, milli_s in loaded.items()}
-    shares: list[TenantShare] = tenant_shares(gpu_seconds, weights)
-    tenants = []
-    for s in shares:
-        mine = [o for o in outcomes if o.tenant == s.tenant]
-        w = [o.wait_s for o in mine if o.wait_s is not None]
-        pct = percentiles(w, (50, 90))
-        tenants.append(
-            TenantResult(
-                tenant=s.tenant,
-                weight=weights[s.tenant],
-                gangs=len(mine),
-                placed=len(w),
-                gpu_seconds=s.gpu_seconds,
-                share=s.share,
-                entitled=s.entitled,
-                fair_gpu_seconds=loaded_fair.get(s.tenant, 0.0) / MILLI,
-                wait_p50_s=pct["p50"],
-                wait_p90_s=pct["p90"],
-            )
+    def result(self, *, end: float) -> TimedResult:
+        """The replay summed up, once the clock has stopped at ``end``."""
+        scenario, config, cluster = self.scenario, self.config, self.cluster
+        outcomes = self._outcomes()
+        waits = [o.wait_s for o in outcomes if o.wait_s is not None]
+        tenants = self._tenant_results(outcomes)
+        return TimedResult(
+            name=config.name,
+            policy=config.policy,
+            window_s=config.window_s,
+            seed=config.seed,
+            end_s=end,
+            outcomes=tuple(outcomes),
+            wait_percentiles_s=percentiles(waits),
+            utilisation=tuple(cluster.series),
+            mean_utilisation=_loaded_mean(cluster.series, scenario, end),
+            tenants=tuple(tenants),
+            jain=jain_index([t.fair_ratio for t in tenants]) if tenants else 1.0,
+            slo=cluster.slo_result(),
+            energy_kwh=cluster.energy_j / 3.6e6,
+            solves=self.solves,
+            solve_seconds=self.solve_seconds,
+            fallbacks=self.fallbacks,
         )
-    slo = SloResult(
-        pods=len(cluster.ls_seen),
-        pod_seconds=cluster.ls_seconds,
-        met_seconds=cluster.ls_met,
-        latency_miss_s=cluster.ls_latency_miss,
-        ban_miss_s=cluster.ls_ban_miss,
-        pods_always_met=len(cluster.ls_seen - cluster.ls_missed),
-        mean_latency_ms=(cluster.ls_latency_area / cluster.ls_seconds
-                         if cluster.ls_seconds > 0 else 0.0),
-        mean_slowdown=(cluster.slow_area / cluster.slow_seconds
-                       if cluster.slow_seconds > 0 else 1.0),
-    )
-    return TimedResult(
-        name=config.name,
-        policy=config.policy,
-        window_s=config.window_s,
-        seed=config.seed,
-        end_s=end,
-        outcomes=tuple(outcomes),
-        wait_percentiles_s=percentiles(waits),
-        utilisation=tuple(cluster.series),
-        mean_utilisation=_loaded_mean(cluster.series, scenario, end),
-        tenants=tuple(tenants),
-        jain=jain_index([t.fair_ratio for t in tenants]) if tenants else 1.0,
-        slo=slo,
-        energy_kwh=cluster.energy_j / 3.6e6,
-        solves=solves,
-        solve_seconds=solve_seconds,
-        fallbacks=fallbacks,
-    )
+
+    def _outcomes(self) -> list[GangOutcome]:
+        """One per gang that entered the replay, in arrival order."""
+        waiting = {a.gang.name for q in self.queues.values() for a in q}
+        outcomes = []
+        for a in self.scenario.arrivals:
+            name = a.gang.name
+            p = self.placed.get(name)
+            if p is not None:
+                state = "departed" if name in self.departed else "running"
+                outcomes.append(GangOutcome(name, a.gang.tenant, a.arrival_s, p.start_s,
+                                            p.end_s, state))
+            elif name in waiting:
+                outcomes.append(GangOutcome(name, a.gang.tenant, a.arrival_s, None, None,
+                                            "waiting"))
+            # gangs arriving after `until` never entered the replay and are not reported
+        return outcomes
+
+    def _tenant_results(self, outcomes: list[GangOutcome]) -> list[TenantResult]:
+        """Each tenant's GPU time and fair share over the arrival period, and its waits."""
+        cluster = self.cluster
+        weights = {t.name: t.weight for t in self.scenario.tenants}
+        if cluster.cutoff <= 0:  # everything arrived at once: judge the whole replay
+            cluster.loaded_milli_s = dict(cluster.tenant_milli_s)
+            cluster.loaded_fair_milli_s = dict(cluster.fair_milli_s)
+        cluster.freeze_fairness()  # the clock stopped (--until) before the last arrival
+        loaded = cluster.loaded_milli_s or {}
+        loaded_fair = cluster.loaded_fair_milli_s or {}
+        gpu_seconds = {t: milli_s / MILLI for t, milli_s in loaded.items()}
+        shares: list[TenantShare] = tenant_shares(gpu_seconds, weights)
+        tenants = []
+        for s in shares:
+            mine = [o for o in outcomes if o.tenant == s.tenant]
+            w = [o.wait_s for o in mine if o.wait_s is not None]
+            pct = percentiles(w, (50, 90))
+            tenants.append(
+                TenantResult(
+                    tenant=s.tenant,
+                    weight=weights[s.tenant],
+                    gangs=len(mine),
+                    placed=len(w),
+                    gpu_seconds=s.gpu_seconds,
+                    share=s.share,
+                    entitled=s.entitled,
+                    fair_gpu_seconds=loaded_fair.get(s.tenant, 0.0) / MILLI,
+                    wait_p50_s=pct["p50"],
+                    wait_p90_s=pct["p90"],
+                )
+            )
+        return tenants
 
 
 def _loaded_mean(series: list[tuple[float, float]], scenario: Scenario, end: float) -> float:

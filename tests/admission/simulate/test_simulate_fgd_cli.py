@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from admission.cli import main
-from admission.simulate.tracefiles import TraceFileError, read_nodes, read_pods
+from admission.simulate import TraceFileError, read_nodes, read_pods
 from solver.simulate.protocol import arrival_order, replay
 from solver.simulate.timed_scenario import TracePod
 

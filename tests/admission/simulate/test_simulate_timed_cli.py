@@ -11,13 +11,8 @@ import pytest
 from rich.console import Console
 
 from admission.cli import UsageError, build_parser, main
-from admission.simulate.plots import binned
-from admission.simulate.timed import (
-    Contender,
-    parse_contenders,
-    run_default,
-    run_timed,
-)
+from admission.commands.simulate import run_default, run_timed
+from admission.simulate import Contender, binned, parse_contenders
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,131072,2,T4\nn1,32000,131072,1,T4\n"
 PODS = (
