@@ -194,7 +194,8 @@ def sub_problems(snapshot: Snapshot, parts: int, hint: Plan | None = None) -> li
     ``hint``: a feasible plan for the whole snapshot (the whole-cluster greedy plan). Each gang
     it admits goes to the part holding its nodes, with quota room for it there, so the hint
     restricted to a part is a feasible plan of that part; a gang it spreads over several parts
-    is pinned as running pods in each (see :func:`hint_parts` for both halves)."""
+    is pinned as running pods in each (see :func:`hint_parts` for both halves). Used by the
+    tests only, to look at the parts the solve works on."""
     return _split(snapshot, parts, hint)[0]
 
 

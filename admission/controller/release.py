@@ -148,12 +148,9 @@ class Releaser:
 
     # ------------------------------------------------------------------ the protocol
     def release(self, info: GangInfo, placement: GangPlacement, plan: str) -> ReleaseResult:
-        """Steps 1-3 for a gang the solver admitted."""
+        """Steps 1-3 for a gang the solver admitted. Used by the tests only; the cycle releases
+        its gangs side by side with :meth:`release_all`."""
         return self._release(info, placement, plan, threading.Event())
-
-    def finish(self, info: GangInfo) -> ReleaseResult:
-        """Complete a release that was under way (every pod carries the same plan)."""
-        return self._finish(info, threading.Event())
 
     def release_all(self, jobs: Sequence[tuple[GangInfo, GangPlacement]], plan: str,
                     may_write: Callable[[], bool]) -> list[ReleaseResult]:
@@ -165,7 +162,8 @@ class Releaser:
 
     def finish_all(self, infos: Sequence[GangInfo],
                    may_write: Callable[[], bool]) -> list[ReleaseResult]:
-        """:meth:`finish` for each finishing gang, gangs side by side."""
+        """Complete each release that was under way (every pod of the gang carries the same
+        plan), gangs side by side."""
         return self._each_gang(self._finish, infos, may_write)
 
     def close(self) -> None:
