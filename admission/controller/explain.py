@@ -140,7 +140,7 @@ class Explainer:
 
     def _write(self, pod: Obj, why: Why) -> None:
         m = tr.meta(pod)
-        now = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = tr.rfc3339(self.clock())
         cond = {"type": keys.CONDITION_WAITING, "status": "True" if why.waiting else "False",
                 "reason": why.reason, "message": why.message, "lastTransitionTime": now}
         new = self.api.set_pod_condition(m["namespace"], m["name"], cond)

@@ -70,10 +70,6 @@ class ReleaseResult:
     done_at: datetime | None = None  # when its last gate was answered
 
 
-def rfc3339(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class Releaser:
     def __init__(self, *, api: ClusterApi, backend: Backend, record: Callable[[Obj], object],
                  clock: Callable[[], datetime], queues: Mapping[str, str],
@@ -122,7 +118,7 @@ class Releaser:
         labels, extra = self.backend.pod_metadata(info, queue)
 
         def make(current: Obj) -> list[PatchOp]:
-            want = tr.assignment_annotations(node, shares, plan, rfc3339(self.clock()))
+            want = tr.assignment_annotations(node, shares, plan, tr.rfc3339(self.clock()))
             ann = tr.annotations_of(current)
             if all(ann.get(k) == v for k, v in want.items() if k != c.ANNOTATION_ASSIGNED_AT):
                 want.pop(c.ANNOTATION_ASSIGNED_AT)  # same plan already written: keep its time
