@@ -13,16 +13,15 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
-import ipaddress
 import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from admission import certbuilder as cb
 
 CA_CERT = "ca.crt"
 TLS_CERT = "tls.crt"
@@ -41,68 +40,15 @@ class Bundle:
     tls_key: Path
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _san(host: str, dns: list[str]) -> x509.SubjectAlternativeName:
-    names: list[x509.GeneralName] = []
-    for value in [host, *dns]:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(value)))
-        except ValueError:
-            names.append(x509.DNSName(value))
-    return x509.SubjectAlternativeName(list(dict.fromkeys(names)))
-
-
 def generate(host: str, dns: list[str] | None = None, days: int = 365,
              ) -> tuple[bytes, bytes, bytes]:
     """(CA cert PEM, serving cert PEM, serving key PEM) for ``host`` and extra DNS names."""
-    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)  # tolerate small clock skew
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("berth-webhook-ca")
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name).issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now).not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                          content_commitment=False, key_encipherment=False,
-                          data_encipherment=False, key_agreement=False,
-                          encipher_only=False, decipher_only=False),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(host)).issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now).not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(_san(host, dns or []), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    return ca.public_bytes(pem), cert.public_bytes(pem), _pem_key(key)
+    start = dt.datetime.now(dt.UTC) - cb.CLOCK_SKEW
+    valid = cb.Validity(not_before=start, not_after=start + dt.timedelta(days=days))
+    ca = cb.authority("berth-webhook-ca", valid=valid, path_length=0)
+    cert, key = cb.issue(ca, cb.name(host), usage=ExtendedKeyUsageOID.SERVER_AUTH, valid=valid,
+                         hosts=[host, *(dns or [])])
+    return cb.certificate_pem(ca.cert), cb.certificate_pem(cert), cb.private_key_pem(key)
 
 
 def write_bundle(out: Path, host: str, dns: list[str] | None = None, days: int = 365) -> Bundle:

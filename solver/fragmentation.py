@@ -94,7 +94,8 @@ def node_fragmentation(
     cpu_free: int, model: str | None, gpu_free: Sequence[int], workload: Sequence[TypicalPod]
 ) -> float:
     """``F_n(M)``: the expected fragmentation of one node against the target workload (the
-    reference definition; :class:`FragTable` computes the same in bulk)."""
+    reference definition; :class:`FragTable` computes the same in bulk). Used by the tests
+    only, as the oracle FragTable is held to."""
     return sum(p.weight * pod_fragmentation(cpu_free, model, gpu_free, p) for p in workload)
 
 

@@ -39,11 +39,12 @@ from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import replace
 
-from solver.baselines import ClusterArrays, gang_order
-from solver.cpsat.reasons import deferrals, quota_reason
+from solver.baselines import ClusterArrays
+from solver.cpsat.reasons import deferrals
 from solver.cpsat.solve import Judge, greedy_hint, plan_value, solve_cpsat
 from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
+from solver.queue import queue_order, quota_reason
 from solver.rules import plan_quota_problems, quota_usage_milli
 from solver.types import MILLI, Gang, Node, Running, Snapshot, Tenant
 
@@ -194,7 +195,8 @@ def sub_problems(snapshot: Snapshot, parts: int, hint: Plan | None = None) -> li
     ``hint``: a feasible plan for the whole snapshot (the whole-cluster greedy plan). Each gang
     it admits goes to the part holding its nodes, with quota room for it there, so the hint
     restricted to a part is a feasible plan of that part; a gang it spreads over several parts
-    is pinned as running pods in each (see :func:`hint_parts` for both halves)."""
+    is pinned as running pods in each (see :func:`hint_parts` for both halves). Used by the
+    tests only, to look at the parts the solve works on."""
     return _split(snapshot, parts, hint)[0]
 
 
@@ -298,7 +300,7 @@ def _trim(snapshot: Snapshot, hinted: list[list[Gang]], dealt: list[list[Gang]],
     """Each tenant's gangs in priority order; the next gang kept is always that of the tenant
     with the least demand in the model so far relative to its fair-share weight, so a
     first-come hint that fills a part still leaves the model every tenant to choose from."""
-    order = {g.name: i for i, g in enumerate(gang_order(snapshot))}
+    order = {g.name: i for i, g in enumerate(queue_order(snapshot))}
     weight = {t.name: max(t.weight, 1e-9) for t in snapshot.tenants}
     kept: list[list[Gang]] = []
     left_out: list[Gang] = []

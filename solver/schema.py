@@ -661,7 +661,8 @@ def _pod_dict(p: PodRequest) -> dict[str, Any]:
 
 
 def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
-    """The snapshot as plain data that :func:`parse_snapshot` reads back to an equal one."""
+    """The snapshot as plain data that :func:`parse_snapshot` reads back to an equal one.
+    Used by the tests only (the round trip that pins the format)."""
     pol = s.policy
     return {
         "nodes": [

@@ -1,8 +1,11 @@
-"""Free capacity derived from a snapshot: what is left on each node and GPU after what runs.
+"""Free capacity derived from a snapshot, as plain per-node records: what is left on each node
+and GPU after what runs.
 
-Baselines, the CP-SAT model and the checker all start from :func:`free_capacity`, so they agree
-on what "fits" means. A :class:`FreeState` is mutable: greedy policies place into it and can
-undo (a gang is placed as a transaction).
+The checker judges a plan on these records (:func:`node_free` for each node the plan uses,
+less what runs there), apart from the numpy :class:`~solver.baselines.ClusterArrays` that the
+baselines and the CP-SAT model place into, so a mistake in one derivation shows up against the
+other. :func:`free_capacity` derives the whole cluster; only the tests call it, as the oracle
+the arrays are held to.
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ def node_free(node: Node) -> NodeFree:
 
 def free_capacity(snapshot: Snapshot) -> FreeState:
     """Capacity left on every node once the running pods are subtracted (may go negative when
-    the cluster is overcommitted; nothing new fits there then)."""
+    the cluster is overcommitted; nothing new fits there then).
+
+    Used by the tests only: the oracle :class:`~solver.baselines.ClusterArrays` must equal."""
     free = {n.name: node_free(n) for n in snapshot.nodes}
     mem_per_gpu = {n.name: {g.index: g.memory_mib for g in n.gpus} for n in snapshot.nodes}
     for r in snapshot.running:

@@ -365,7 +365,8 @@ def _mig_from_dict(d: Any, path: str) -> MigInstance:
 
 def inventory_from_dict(data: Any) -> NodeInventory:
     """Read back :func:`inventory_to_dict`'s output; :class:`InventoryFormatError` names the
-    first field that does not fit."""
+    first field that does not fit. Used by the tests only (the round trip that pins the
+    format)."""
     if not isinstance(data, Mapping):
         raise InventoryFormatError("inventory: must be a JSON object")
     fmt = data.get("format")

@@ -61,7 +61,6 @@ def is_gfd_key(key: str) -> bool:
 # --------------------------------------------------------------------------------------------
 # Berth's own labels and annotations.
 # --------------------------------------------------------------------------------------------
-AGENT_PREFIX: Final = f"{DOMAIN}/"
 LABEL_AGENT: Final = f"{DOMAIN}/gpu-agent"  # schema version; present: the agent reports here
 LABEL_HEALTHY_GPUS: Final = f"{DOMAIN}/gpu.healthy-count"
 LABEL_NVLINK_DOMAINS: Final = f"{DOMAIN}/nvlink.domains"  # number of NVLink domains

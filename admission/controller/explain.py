@@ -1,5 +1,7 @@
 """Every pod that waits says why: a pod condition (``kubectl describe pod`` shows it) and an
-Event, e.g. ``waiting: tenant team-a is at its 16-GPU quota; 3 gangs ahead``.
+Event, e.g. ``waiting: quota: tenant team-a would use 20000 of its 16000 milli-GPU and may not
+borrow; 3 gangs ahead``. The quota reason and the place in the queue are the solver's own
+(:mod:`solver.queue`): the gangs ahead are those of the same tenant the solver serves first.
 
 Messages are written only when they change, and at most ``budget`` writes per cycle, so ten
 thousand waiting pods cost a trickle of writes, not ten thousand per window. The wait time
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,12 +20,13 @@ from datetime import datetime
 from admission.controller import keys
 from admission.controller import translate as tr
 from admission.controller.api import ApiError, ClusterApi
-from admission.controller.snapshot import Built, GangInfo, GangState
+from admission.controller.snapshot import Built, GangState
 from admission.controller.translate import Obj
 from admission.controller.writers import Writers
 from solver.plan import Plan
+from solver.queue import queue_order, quota_reason
 from solver.rules import quota_usage_milli
-from solver.types import MILLI
+from solver.types import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -36,20 +39,21 @@ class Why:
     warning: bool = False
 
 
-def gpus(milli: int) -> str:
-    return f"{milli // MILLI}" if milli % MILLI == 0 else f"{milli / MILLI:.2f}".rstrip("0")
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def queue_order(gangs: Iterable[GangInfo]) -> list[GangInfo]:
-    """The order a tenant's waiting gangs are served in: priority, then longest wait."""
-    def key(g: GangInfo) -> tuple[int, float, str]:
-        gang = g.gang
-        return (-(gang.priority if gang else 0), -(gang.wait_seconds if gang else 0.0), g.key)
-    return sorted(gangs, key=key)
+def gangs_ahead(snapshot: Snapshot, waiting: Iterable[str]) -> dict[str, int]:
+    """For each gang named in ``waiting``: how many of its tenant's waiting gangs come before
+    it in the solver's queue order."""
+    names = set(waiting)
+    seen: Counter[str] = Counter()
+    ahead: dict[str, int] = {}
+    for gang in queue_order(snapshot):
+        if gang.name in names:
+            ahead[gang.name] = seen[gang.tenant]
+            seen[gang.tenant] += 1
+    return ahead
 
 
 def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
@@ -59,12 +63,10 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
     deferred = {d.gang: d.reason for d in (plan.deferred if plan else ())}
     admitted = plan.admitted_names if plan else frozenset()
     used = quota_usage_milli(snap, plan)
-    waiting = [g for g in built.gangs.values() if g.state == GangState.PENDING
-               and g.key not in admitted]
-    by_tenant: dict[str, list[GangInfo]] = defaultdict(list)
-    for g in waiting:
-        by_tenant[g.tenant].append(g)
-    ahead = {g.key: i for gs in by_tenant.values() for i, g in enumerate(queue_order(gs))}
+    by_name = {g.name: g for g in snap.gangs}
+    admitting = {by_name[a].tenant for a in admitted if a in by_name}
+    ahead = gangs_ahead(snap, (g.key for g in built.gangs.values()
+                               if g.state == GangState.PENDING and g.key not in admitted))
     out: dict[str, Why] = {}
     for g in built.gangs.values():
         if g.state == GangState.BROKEN:
@@ -85,12 +87,9 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
             if plan_rejected:
                 out[g.key] = Why("PlanRejected", f"waiting: {plan_rejected}{tail}")
                 continue
-            tenant = snap.tenant(g.tenant)
-            demand = g.gang.gpu_demand_milli if g.gang else 0
-            if (tenant.quota_milli is not None and not tenant.can_borrow
-                    and used.get(g.tenant, 0) + demand > tenant.quota_milli):
-                out[g.key] = Why("Quota", f"waiting: tenant {g.tenant} is at its "
-                                 f"{gpus(tenant.quota_milli)}-GPU quota{tail}")
+            quota = quota_reason(snap, g.gang, used, admitting) if g.gang else None
+            if quota is not None:
+                out[g.key] = Why("Quota", f"waiting: {quota}{tail}")
             else:
                 why = deferred.get(g.key) or "no room for the whole gang this window"
                 out[g.key] = Why("Deferred", f"waiting: {why}{tail}")
@@ -140,7 +139,7 @@ class Explainer:
 
     def _write(self, pod: Obj, why: Why) -> None:
         m = tr.meta(pod)
-        now = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = tr.rfc3339(self.clock())
         cond = {"type": keys.CONDITION_WAITING, "status": "True" if why.waiting else "False",
                 "reason": why.reason, "message": why.message, "lastTransitionTime": now}
         new = self.api.set_pod_condition(m["namespace"], m["name"], cond)

@@ -13,10 +13,7 @@ from admission import constants as c
 
 # The pod condition every waiting pod carries, shown by ``kubectl describe pod``.
 CONDITION_WAITING: Final = f"{c.DOMAIN}/Waiting"
-# Written once on a gang's pods when the gang timed out waiting for its missing pods.
-ANNOTATION_GANG_TIMED_OUT: Final = f"{c.DOMAIN}/gang-timed-out"
 
-FIELD_MANAGER: Final = "berth-controller"
 EVENT_COMPONENT: Final = "berth-controller"
 
 # Node fields the controller matches like labels: required node affinity's ``matchFields``

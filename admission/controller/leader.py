@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from admission.controller.api import ApiError, ClusterApi, Conflict, Json, NotFound
+from admission.controller.translate import parse_time
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +29,6 @@ def micro_time(t: datetime) -> str:
     if t.microsecond == 0:
         t = t.replace(microsecond=1)
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(s: str | None) -> datetime | None:
-    if not s:
-        return None
-    return datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
 class LeaseElector:

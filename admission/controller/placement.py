@@ -108,6 +108,8 @@ def release_ops(pod: Obj, node: str) -> list[PatchOp]:
 
 
 def is_pinned(pod: Obj, node: str) -> bool:
+    """Whether the pod's required node affinity already pins it to ``node``. Used by the tests
+    only, to check what :func:`release_ops` wrote."""
     return not affinity_ops(pod, node)
 
 

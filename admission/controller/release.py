@@ -70,10 +70,6 @@ class ReleaseResult:
     done_at: datetime | None = None  # when its last gate was answered
 
 
-def rfc3339(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class Releaser:
     def __init__(self, *, api: ClusterApi, backend: Backend, record: Callable[[Obj], object],
                  clock: Callable[[], datetime], queues: Mapping[str, str],
@@ -122,7 +118,7 @@ class Releaser:
         labels, extra = self.backend.pod_metadata(info, queue)
 
         def make(current: Obj) -> list[PatchOp]:
-            want = tr.assignment_annotations(node, shares, plan, rfc3339(self.clock()))
+            want = tr.assignment_annotations(node, shares, plan, tr.rfc3339(self.clock()))
             ann = tr.annotations_of(current)
             if all(ann.get(k) == v for k, v in want.items() if k != c.ANNOTATION_ASSIGNED_AT):
                 want.pop(c.ANNOTATION_ASSIGNED_AT)  # same plan already written: keep its time
@@ -148,12 +144,9 @@ class Releaser:
 
     # ------------------------------------------------------------------ the protocol
     def release(self, info: GangInfo, placement: GangPlacement, plan: str) -> ReleaseResult:
-        """Steps 1-3 for a gang the solver admitted."""
+        """Steps 1-3 for a gang the solver admitted. Used by the tests only; the cycle releases
+        its gangs side by side with :meth:`release_all`."""
         return self._release(info, placement, plan, threading.Event())
-
-    def finish(self, info: GangInfo) -> ReleaseResult:
-        """Complete a release that was under way (every pod carries the same plan)."""
-        return self._finish(info, threading.Event())
 
     def release_all(self, jobs: Sequence[tuple[GangInfo, GangPlacement]], plan: str,
                     may_write: Callable[[], bool]) -> list[ReleaseResult]:
@@ -165,7 +158,8 @@ class Releaser:
 
     def finish_all(self, infos: Sequence[GangInfo],
                    may_write: Callable[[], bool]) -> list[ReleaseResult]:
-        """:meth:`finish` for each finishing gang, gangs side by side."""
+        """Complete each release that was under way (every pod of the gang carries the same
+        plan), gangs side by side."""
         return self._each_gang(self._finish, infos, may_write)
 
     def close(self) -> None:

@@ -64,9 +64,16 @@ def is_finished(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def rfc3339(t: datetime) -> str:
+    """An API timestamp (RFC 3339, whole seconds, UTC) of an aware UTC datetime, as Berth
+    writes them: "2026-11-29T18:00:00Z"."""
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def parse_time(ts: object) -> datetime | None:
-    """An API timestamp ("2026-11-29T18:00:00Z" or a datetime) as an aware datetime; None when
-    absent or unreadable."""
+    """An API timestamp (RFC 3339 such as "2026-11-29T18:00:00Z", a MicroTime such as
+    "2026-11-29T18:00:00.000001Z", or a datetime) as an aware datetime; None when absent or
+    unreadable. The one reader of every time the controller gets from the API server."""
     if not ts:
         return None
     if isinstance(ts, datetime):

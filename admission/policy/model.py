@@ -289,12 +289,6 @@ class Policy(_Model):
     def tenant(self, name: str) -> Tenant | None:
         return self._by_name.get(name)
 
-    def gpu_model(self, name: str) -> GpuModel | None:
-        for m in self.gpu_models:
-            if m.name == name:
-                return m
-        return None
-
     def qos_class(self, name: str) -> QoSClass | None:
         for q in self.qos_classes:
             if q.name == name:

@@ -51,12 +51,6 @@ class AdmissionResponse(TypedDict, total=False):
     warnings: list[str]
 
 
-class AdmissionReviewRequest(TypedDict):
-    apiVersion: str
-    kind: Literal["AdmissionReview"]
-    request: AdmissionRequest
-
-
 class AdmissionReviewResponse(TypedDict):
     apiVersion: str
     kind: Literal["AdmissionReview"]

@@ -1,7 +1,8 @@
 """Greedy baselines behind one interface: first-fit, best-fit, random and FGD.
 
 ``place(snapshot, name, seed=seed)`` returns a :class:`~solver.plan.Plan` that the checker
-accepts: gangs are taken by priority (aged by waiting time), each placed whole or not at all.
+accepts: gangs are taken in queue order (:func:`solver.queue.queue_order`: priority aged by
+waiting time), each placed whole or not at all.
 The CP-SAT model uses these plans as hints and as its fallback; the trace simulator drives
 :class:`GangPlacer` directly so that its state carries over from pod to pod.
 """
@@ -16,19 +17,12 @@ from solver.baselines.cluster import ClusterArrays
 from solver.baselines.greedy import GangPlacer
 from solver.baselines.policies import POLICIES
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
-from solver.types import Gang, Snapshot
+from solver.queue import queue_order
+from solver.types import Snapshot
 
 NAMES: tuple[str, ...] = tuple(POLICIES)
 
-__all__ = ["NAMES", "ClusterArrays", "GangPlacer", "gang_order", "place"]
-
-
-def gang_order(snapshot: Snapshot) -> list[Gang]:
-    """Gangs by effective priority (priority plus aging per hour waited), highest first;
-    equal ones keep their snapshot order."""
-    aging = snapshot.policy.weights.aging_per_hour
-    return sorted(snapshot.gangs,
-                  key=lambda g: -(g.priority + aging * g.wait_seconds / 3600.0))
+__all__ = ["NAMES", "ClusterArrays", "GangPlacer", "place"]
 
 
 def place(snapshot: Snapshot, name: str, *, seed: int = 0,
@@ -44,7 +38,7 @@ def place(snapshot: Snapshot, name: str, *, seed: int = 0,
     placer = GangPlacer(state, name, np.random.default_rng(seed))
     admitted: list[GangPlacement] = []
     deferred: list[Deferred] = []
-    for gang in gang_order(snapshot):
+    for gang in queue_order(snapshot):
         result = placer.place(gang)
         if isinstance(result, str):
             deferred.append(Deferred(gang=gang.name, reason=result))

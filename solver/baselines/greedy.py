@@ -3,8 +3,8 @@
 A gang is placed pod by pod into a :class:`~solver.baselines.cluster.ClusterArrays`; if any pod
 finds no room, every pod already placed is undone (Volcano's Statement: commit or discard). A
 gang with a *required* topology is tried inside one domain of its level at a time, the
-roomiest-fitting domains first. Tenant quotas are judged with the checker's own rule
-(:func:`solver.rules.quota_problems`) before the gang is tried.
+roomiest-fitting domains first. Tenant quotas are judged before the gang is tried, with the
+checker's own rule, by :func:`solver.queue.quota_reason` (which also words the deferral).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from solver.baselines.policies import POLICIES, Policy
 from solver.eligibility import why_not
 from solver.names import SolverName
 from solver.plan import GangPlacement, PodPlacement
-from solver.rules import quota_problems, quota_usage_milli
+from solver.queue import quota_reason
+from solver.rules import quota_usage_milli
 from solver.types import Gang, GpuShare, PodRequest, TopologyMode
 
 #: How many domains a gang with a required topology is tried in before it is deferred.
@@ -49,13 +50,9 @@ class GangPlacer:
 
     def place(self, gang: Gang) -> GangPlacement | str:
         """Place the whole gang (state updated) or nothing (state untouched, reason returned)."""
-        tenants = self.state.snapshot.tenants
-        if tenants:
-            after = dict(self.used)
-            after[gang.tenant] = after.get(gang.tenant, 0) + gang.gpu_demand_milli
-            problems = quota_problems(tenants, after, self.admitting | {gang.tenant})
-            if problems:
-                return f"quota: {problems[0]}"
+        quota = quota_reason(self.state.snapshot, gang, self.used, self.admitting)
+        if quota is not None:
+            return quota
         pods = sorted(gang.pods, key=lambda p: (-p.gpu_demand_milli, -p.cpu_milli))
         topo = gang.topology
         if topo is None or topo.mode != TopologyMode.REQUIRED:

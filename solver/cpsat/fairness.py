@@ -69,7 +69,8 @@ def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
 def plan_fairness(snap: Snapshot, plan: Plan) -> float:
     """The fairness term's value for ``plan``: ``weights.fairness`` x the smallest weighted
     dominant share after it, over tenants with pending gangs (milli-GPU equivalents, the unit
-    of the demand term), with the model's roundings. 0 when the model would have no term."""
+    of the demand term), with the model's roundings. 0 when the model would have no term.
+    Used by the tests only, as the oracle the model's term is held to."""
     fairness = snap.policy.weights.fairness
     pending: dict[str, list[str]] = defaultdict(list)
     for gang in snap.gangs:

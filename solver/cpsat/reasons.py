@@ -17,6 +17,7 @@ from solver.baselines import ClusterArrays
 from solver.cpsat.candidates import pod_key
 from solver.eligibility import why_not
 from solver.plan import Deferred, Plan
+from solver.queue import quota_reason
 from solver.rules import quota_usage_milli, topology_domain
 from solver.types import MILLI, Gang, PodRequest, Snapshot, TopologyMode
 
@@ -50,29 +51,6 @@ def _describe(pod: PodRequest) -> str:
     return f"{gpu}, {pod.cpu_milli}m CPU, {pod.memory_mib} MiB"
 
 
-def quota_reason(snapshot: Snapshot, gang: Gang, used: dict[str, int]) -> str | None:
-    """Why the tenant's quota keeps the gang out, given usage ``used``; None: it does not."""
-    tenant = snapshot.tenant(gang.tenant)
-    if tenant.quota_milli is None or not snapshot.tenants or not gang.gpu_demand_milli:
-        return None
-    after = used.get(tenant.name, 0) + gang.gpu_demand_milli
-    over = after - tenant.quota_milli
-    if over <= 0:
-        return None
-    idle = sum(max(0, t.quota_milli - used.get(t.name, 0)) for t in snapshot.tenants
-               if t.quota_milli is not None and t.name != tenant.name)
-    if not tenant.can_borrow:
-        return (f"quota: tenant {tenant.name} would use {after} of its {tenant.quota_milli} "
-                "milli-GPU and may not borrow")
-    if tenant.borrow_limit_milli is not None and over > tenant.borrow_limit_milli:
-        return (f"quota: tenant {tenant.name} would borrow {over} milli-GPU, above its limit "
-                f"of {tenant.borrow_limit_milli}")
-    if over > idle:
-        return (f"quota: tenant {tenant.name} would use {after} of its {tenant.quota_milli} "
-                f"milli-GPU and only {idle} idle quota is left to borrow")
-    return None
-
-
 class Explainer:
     """Reasons for one plan's deferred gangs, with the per-shape and per-level work cached."""
 
@@ -81,6 +59,8 @@ class Explainer:
         self.snapshot = snapshot
         self.arrays = arrays_after(snapshot, plan, arrays)
         self.used = quota_usage_milli(snapshot, plan)
+        gangs = {g.name: g for g in snapshot.gangs}
+        self.admitting = {gangs[gp.gang].tenant for gp in plan.admitted if gp.gang in gangs}
         self._fits: dict[Hashable, bool] = {}
         self._room: dict[str, int] = {}
 
@@ -117,7 +97,7 @@ class Explainer:
             why = Counter(why_not(pod, n) or "" for n in snapshot.nodes).most_common(1)
             common = why[0][0] if why else "the cluster has no nodes"
             return f"no node may run pod {pod.name} (most often: {common})"
-        quota = quota_reason(snapshot, gang, self.used)
+        quota = quota_reason(snapshot, gang, self.used, self.admitting)
         if quota is not None:
             return quota
         for pod in gang.pods:

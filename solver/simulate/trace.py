@@ -15,8 +15,6 @@ from solver.types import GPU, MILLI, Node, PodRequest, ProblemError
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
-POD_OPTIONAL = ("gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time",
-                "scheduled_time")
 
 
 class RowError(ValueError):

@@ -4,6 +4,7 @@ cluster itself is exercised by the e2e suite (e2e/tests)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 import json
 import os
@@ -39,6 +40,13 @@ def test_pki_chain_and_identities(tmp_path: Path) -> None:
     assert ExtendedKeyUsageOID.CLIENT_AUTH in eku
     org = admin.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value
     assert org == "system:masters"
+    assert ca.subject.rfc4514_string() == "CN=berth-dev-cluster-ca"
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.path_length is None
+    assert [str(n) for n in sans.get_values_for_type(x509.DNSName)] == [
+        "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
+    for cert in (ca, api, admin):  # a week, from five minutes ago
+        life = cert.not_valid_after_utc - cert.not_valid_before_utc
+        assert abs(life - dt.timedelta(days=7, minutes=5)) < dt.timedelta(seconds=2)
     for key in (pki.ca_key, pki.apiserver_key, pki.admin_key, pki.sa_key):
         assert key.stat().st_mode & 0o077 == 0, f"{key} readable by others"
     assert b"PUBLIC KEY" in pki.sa_pub.read_bytes()

@@ -1,5 +1,5 @@
 """The free-capacity arrays the CP-SAT path builds once per solve: the vectorised construction
-agrees with :func:`solver.state.free_capacity` (the checker's own derivation), and a copy is
+agrees with :func:`solver.state.free_capacity` (the plain per-node derivation), and a copy is
 independent of its original (the greedy hint places into a copy, the model reads the original).
 """
 

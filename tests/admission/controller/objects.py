@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from admission.controller.translate import rfc3339
+
 RECORDED = Path(__file__).parent / "recorded"
 T0 = datetime(2026, 11, 29, 14, 0, 0, tzinfo=UTC)
 
@@ -19,10 +21,6 @@ def recorded(name: str) -> dict[str, Any]:
 
 _NODE = recorded("node-gpu.json")
 _POD = recorded("pod-gated.json")
-
-
-def ts(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node(name: str, *, gpus: int = 8, rack: str = "rack-1", ready: bool = True,
@@ -61,7 +59,7 @@ def pod(name: str, *, ns: str = "team-a", tenant: str | None = None, gang: str |
     p = copy.deepcopy(_POD)
     m = p["metadata"]
     m["name"], m["namespace"], m["uid"] = name, ns, f"uid-{ns}-{name}"
-    m["creationTimestamp"] = ts(created)
+    m["creationTimestamp"] = rfc3339(created)
     m["labels"]["berth.dev/tenant"] = tenant or ns
     ann = m["annotations"]
     if gang:

@@ -89,8 +89,8 @@ def test_quota_wait_says_why_and_how_many_ahead() -> None:
     assert len(released) == 2
     waiting = sorted(condition(api, f"team-a/j{i}")["message"] for i in range(4)
                      if i not in released)
-    assert waiting == ["waiting: tenant team-a is at its 8-GPU quota; 0 gangs ahead",
-                       "waiting: tenant team-a is at its 8-GPU quota; 1 gang ahead"]
+    quota = "quota: tenant team-a would use 12000 of its 8000 milli-GPU and may not borrow"
+    assert waiting == [f"waiting: {quota}; 0 gangs ahead", f"waiting: {quota}; 1 gang ahead"]
     assert any(e["reason"] == "Quota" for e in api.events)
 
 

@@ -54,3 +54,17 @@ def test_racing_writers_cannot_both_win() -> None:
     assert not a.try_acquire_or_renew()
     api.get_lease = original_get  # type: ignore[method-assign]
     assert api.leases["berth-system/berth-controller"]["spec"]["holderIdentity"] == "b"
+
+
+def test_a_renew_time_given_as_a_datetime_is_read() -> None:
+    # The kubernetes client hands a Lease's MicroTime back as a datetime, not a string.
+    from admission.controller.translate import parse_time
+
+    api, clock = FakeApi(), FakeClock()
+    a, b = elector(api, clock, "a"), elector(api, clock, "b")
+    a.try_acquire_or_renew()
+    spec = api.leases["berth-system/berth-controller"]["spec"]
+    spec["renewTime"] = parse_time(spec["renewTime"])
+    assert not b.try_acquire_or_renew()
+    clock.advance(20)
+    assert b.try_acquire_or_renew()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 from pathlib import Path
@@ -79,3 +80,24 @@ def test_rbac_is_least_privilege(overlay: Path) -> None:
                 assert "get" not in rule["verbs"] or rule.get("resourceNames"), where
             if doc["kind"] == "ClusterRole" and "pods" in rule.get("resources", []):
                 assert not {"delete", "create", "update"} & set(rule["verbs"]), where
+
+
+def test_cert_manager_mounts_its_secret_as_the_certs_volume() -> None:
+    pod = one(render(CONFIG / "overlays" / "cert-manager"), "Deployment", "berth")["spec"][
+        "template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert set(volumes) == {"policy", "certs", "tmp"}
+    assert volumes["certs"] == {"name": "certs", "secret": {"secretName": "berth-webhook-tls"}}
+    assert volumes["policy"]["configMap"]["name"] == "berth-policy"
+
+
+def test_component_patches_find_volumes_by_name_not_by_place() -> None:
+    # A JSON patch on volumes/<n> silently patches another volume once the base's list changes.
+    for kustomization in sorted((CONFIG / "components").glob("*/kustomization.yaml")):
+        for entry in yaml.safe_load(kustomization.read_text()).get("patches") or []:
+            ops = yaml.safe_load(entry.get("patch") or "")
+            for op in ops if isinstance(ops, list) else []:
+                parts = op["path"].split("/")
+                assert not any(a == "volumes" and b.isdigit()
+                               for a, b in itertools.pairwise(parts)), (
+                    f"{kustomization}: {op['path']} names a volume by its index")

@@ -137,3 +137,18 @@ def test_agent_annotation_wins_over_gfd_labels() -> None:
     n["metadata"]["annotations"]["berth.dev/gpus"] = "{not json"
     with pytest.raises(TranslationError, match=r"node agent-node: berth\.dev/gpus"):
         tr.node_from_api(n, TOPO)
+
+
+def test_times_round_trip_through_the_one_reader() -> None:
+    from datetime import UTC, datetime
+
+    from admission.controller.leader import micro_time
+
+    t = datetime(2026, 11, 29, 18, 0, 7, tzinfo=UTC)
+    assert tr.rfc3339(t) == "2026-11-29T18:00:07Z"
+    assert tr.parse_time(tr.rfc3339(t)) == t
+    fine = t.replace(microsecond=250)
+    assert tr.parse_time(micro_time(fine)) == fine  # a Lease's MicroTime reads back exactly
+    assert tr.parse_time(t.replace(tzinfo=None)) == t  # a naive datetime is taken as UTC
+    assert tr.parse_time("2026-11-29T19:00:07+01:00") == t
+    assert tr.parse_time("yesterday") is None and tr.parse_time(None) is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as dt
 import os
 import shutil
 import ssl
@@ -33,6 +34,10 @@ def test_bundle_is_a_valid_chain_for_the_host(tmp_path: Path) -> None:
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     assert san.get_values_for_type(x509.DNSName) == ["berth-webhook.berth-system.svc"]
+    basic = ca.extensions.get_extension_for_class(x509.BasicConstraints).value
+    assert basic.ca and basic.path_length == 0
+    for c in (ca, cert):
+        assert c.not_valid_after_utc - c.not_valid_before_utc == dt.timedelta(days=30)
     # the standard library agrees the pair matches and the chain verifies for the host
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(bundle.tls_cert, bundle.tls_key)

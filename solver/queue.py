@@ -1,0 +1,56 @@
+"""Where a pending gang stands: its place in the queue and what its tenant's quota says.
+
+Both are read by the solvers and by the controller's messages to users (``waiting: quota: ...;
+3 gangs ahead``), so each has one definition here: the order the greedy pass serves gangs in
+is the order a user is told about, and the quota reason a solver defers a gang with is the one
+the gang's pods show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from solver.rules import quota_problems
+from solver.types import Gang, Snapshot
+
+
+def queue_order(snapshot: Snapshot) -> list[Gang]:
+    """The snapshot's gangs by effective priority (priority plus ``aging_per_hour`` per hour
+    waited), highest first; equal ones keep their snapshot order."""
+    aging = snapshot.policy.weights.aging_per_hour
+    return sorted(snapshot.gangs,
+                  key=lambda g: -(g.priority + aging * g.wait_seconds / 3600.0))
+
+
+def quota_reason(snapshot: Snapshot, gang: Gang, used: Mapping[str, int],
+                 admitting: Collection[str] = ()) -> str | None:
+    """Why the tenants' quotas keep ``gang`` out, or None when they let it in.
+
+    ``used``: GPU milli each tenant uses without the gang (running pods and the gangs admitted
+    so far); ``admitting``: the tenants those admitted gangs belong to. The judgement is the
+    checker's rule (:func:`solver.rules.quota_problems`) on the usage with the gang added."""
+    if not snapshot.tenants:
+        return None
+    tenant = snapshot.tenant(gang.tenant)
+    after = dict(used)
+    after[tenant.name] = after.get(tenant.name, 0) + gang.gpu_demand_milli
+    problems = quota_problems(snapshot.tenants, after, {*admitting, tenant.name})
+    if not problems:
+        return None
+    quota, total = tenant.quota_milli, after[tenant.name]
+    if quota is not None and total > quota:
+        over = total - quota
+        if not tenant.can_borrow:
+            return (f"quota: tenant {tenant.name} would use {total} of its {quota} "
+                    "milli-GPU and may not borrow")
+        if tenant.borrow_limit_milli is not None and over > tenant.borrow_limit_milli:
+            return (f"quota: tenant {tenant.name} would borrow {over} milli-GPU, above its "
+                    f"limit of {tenant.borrow_limit_milli}")
+        quotas = [(t.name, t.quota_milli) for t in snapshot.tenants if t.quota_milli is not None]
+        borrowed = sum(max(0, after.get(n, 0) - q) for n, q in quotas)
+        idle = sum(max(0, q - after.get(n, 0)) for n, q in quotas)
+        if borrowed > idle:
+            left = max(0, idle - (borrowed - over))
+            return (f"quota: tenant {tenant.name} would use {total} of its {quota} "
+                    f"milli-GPU and only {left} idle quota is left to borrow")
+    return f"quota: {problems[0]}"
