@@ -12,7 +12,7 @@ import os
 import random
 from pathlib import Path
 
-from solver.generate import A100, H100, ClusterSpec, generate_cluster
+from solver.simulate.generate import A100, H100, ClusterSpec, generate_cluster
 from solver.types import (
     GPU,
     MILLI,

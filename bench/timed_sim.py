@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from admission.simulate import DEFAULT_CONTENDERS, Contender, timed_figure  # noqa: E402
-from solver.generate import generate  # noqa: E402
+from solver.simulate.generate import generate  # noqa: E402
 from solver.simulate.timed import TimedConfig, TimedResult, simulate_timed  # noqa: E402
 from solver.simulate.timed_scenario import Scenario, scenario_from_trace  # noqa: E402
 
@@ -204,7 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
         "## Generated workload (`berth simulate` with no arguments)",
         "",
-        f"Berth's generator (`solver/generate.py`): {len(scen0.nodes)} nodes / {gpus} GPUs "
+        f"Berth's generator (`solver/simulate/generate.py`): {len(scen0.nodes)} nodes / "
+        f"{gpus} GPUs "
         "(H100 x8 one NVLink domain, A100 x8 two domains of four, L4 x4 and T4 x2 PCIe; 2 racks, "
         "1 block); three tenants (team-a weight 2: training gangs, fine-tuning, batch inference;"
         " team-b weight 1: online inference; team-c weight 1: notebooks, best-effort, some of "

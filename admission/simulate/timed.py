@@ -236,7 +236,7 @@ def replay_default(
 ) -> list[TimedResult]:
     """The embedded default: a generated cluster and workload, the contenders, a table and a
     plot."""
-    from solver.generate import generate
+    from solver.simulate.generate import generate
 
     scenario = generate(seed=seed)
     gpus = sum(len(n.gpus) for n in scenario.nodes)

@@ -1,8 +1,8 @@
 """What a timed replay consumes: a cluster, tenants, policy and gangs with arrival times.
 
-A :class:`Scenario` is built either by Berth's own generator (:mod:`solver.generate`) or from a
-trace with creation and deletion times (:func:`scenario_from_trace`, fed by the CSV reader in
-``admission/``). It validates itself, so the simulator never meets an arrival it cannot
+A :class:`Scenario` is built either by Berth's own generator (:mod:`solver.simulate.generate`)
+or from a trace with creation and deletion times (:func:`scenario_from_trace`, fed by the CSV
+reader in ``admission/``). It validates itself, so the simulator never meets an arrival it cannot
 account for.
 
 Time semantics: a gang arrives at ``arrival_s`` and, once placed, runs for ``duration_s``. For a

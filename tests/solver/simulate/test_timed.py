@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver.checker import check
-from solver.generate import ClusterSpec, GeneratorSpec, WorkloadSpec, generate
 from solver.interference import resolve_profiles, slowdown
 from solver.plan import GangPlacement, Plan, PodPlacement, SolveStats
+from solver.simulate.generate import ClusterSpec, GeneratorSpec, WorkloadSpec, generate
 from solver.simulate.timed import (
     SimulationError,
     TimedConfig,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from solver.eligibility import node_allows
-from solver.generate import (
+from solver.simulate.generate import (
     TRAINING_MODELS,
     ClusterSpec,
     GeneratorSpec,
