@@ -16,7 +16,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from admission.controller.api import ApiError, Conflict, Gone, Json, NotFound
+from admission.controller import ApiError, Conflict, Gone, Json, NotFound
 from admission.jsonpatch import PatchOp
 
 JSON_PATCH = "application/json-patch+json"

@@ -16,10 +16,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from admission.controller import selfsigned
-from admission.controller.controller import Controller
-from admission.controller.metrics import Metrics
-from admission.controller.settings import Settings, from_policy
+from admission.controller import Controller, Metrics, Settings, from_policy, selfsigned
 from admission.kube import KubeApi, load_client
 from admission.metrics import WebhookMetrics
 from admission.policy import Policy

@@ -32,9 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from admission import jsonpatch  # noqa: E402
-from admission.controller.controller import Controller  # noqa: E402
-from admission.controller.settings import Settings  # noqa: E402
-from admission.controller.solving import WorkerSolver  # noqa: E402
+from admission.controller import Controller, Settings, WorkerSolver  # noqa: E402
 from admission.jsonpatch import PatchOp  # noqa: E402
 from solver.types import Tenant  # noqa: E402
 

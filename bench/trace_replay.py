@@ -65,7 +65,7 @@ NOTES = """
   drawn once per run, and a share goes to the lowest GPU of the best score on its node
   (`solver/baselines/policies.py`). Before that, ties to the node with the least free GPU left
   5.46 % unallocated on `default` (10 seeds); with it, see the fidelity table.
-- **The 3.0 % target.** The pattern bound (`solver/simulate/bound_patterns.py`, a
+- **The 3.0 % target.** The pattern bound (`solver/simulate/bound/patterns.py`, a
   configuration LP solved by column generation, valid at every round by Lagrange) caps the GPU
   any policy can have placed of the pods arrived at 100 % arrival, even a policy that knows
   every arrival in advance and may turn any pod away. On `default` it is 96.88-96.93 % over

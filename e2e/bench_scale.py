@@ -30,8 +30,7 @@ from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from admission.controller import keys
-from admission.controller.settings import release_writers
+from admission.controller import keys, release_writers
 from admission.devcluster import DevCluster, create_nodes, gpu_fleet
 from admission.kube import RawWatch
 from e2e.berth import berth_webhook

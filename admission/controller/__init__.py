@@ -6,3 +6,26 @@ check, release, and tell every pod left waiting why. Kubernetes is its only stor
 lives in annotations on the pods it concerns, so a restarted controller rebuilds everything
 from the API server.
 """
+
+from __future__ import annotations
+
+from admission.controller.api import ApiError, ClusterApi, Conflict, Gone, Json, NotFound
+from admission.controller.controller import Controller
+from admission.controller.metrics import Metrics
+from admission.controller.settings import Settings, from_policy, release_writers
+from admission.controller.solving import WorkerSolver
+
+__all__ = [
+    "ApiError",
+    "ClusterApi",
+    "Conflict",
+    "Controller",
+    "Gone",
+    "Json",
+    "Metrics",
+    "NotFound",
+    "Settings",
+    "WorkerSolver",
+    "from_policy",
+    "release_writers",
+]

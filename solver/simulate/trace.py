@@ -1,8 +1,9 @@
 """Rows of the Alibaba openb trace (node lists and pod lists), already read as text, turned into
 problem types.
 
-The files themselves are read in ``admission/tracefiles.py``; this module only interprets one
-row at a time and says which column is wrong, so the reader can name file, line and column.
+The files themselves are read in ``admission/simulate/tracefiles.py``; this module only
+interprets one row at a time and says which column is wrong, so the reader can name file, line
+and column.
 Column meanings are those of the trace's README (``../shared/data/alibaba-gpu-v2023``).
 """
 
