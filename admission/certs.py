@@ -11,12 +11,14 @@ tick while the old pair stays in use.
 from __future__ import annotations
 
 import base64
+import copy
 import datetime as dt
 import hashlib
 import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
@@ -138,25 +140,36 @@ class TlsReloader:
 # The MutatingWebhookConfiguration
 # --------------------------------------------------------------------------------------------
 
-# Scope the webhook to GPU pods in the apiserver itself (matchConditions, CEL, GA in 1.30), so
-# an outage of Berth never blocks other pods.
-GPU_POD_CONDITION = (
-    "object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) && "
-    "'nvidia.com/gpu' in c.resources.limits) || "
-    "(has(object.metadata.annotations) && ("
-    "'berth.dev/gpu-fraction' in object.metadata.annotations || "
-    "'berth.dev/gpu-memory' in object.metadata.annotations || "
-    "'gpu-fraction' in object.metadata.annotations || "
-    "'gpu-memory' in object.metadata.annotations))"
-)
+# config/base/webhook.yaml is the one description of the webhook's scope (rules,
+# namespaceSelector, matchConditions, failure policy): the rendered configuration copies its
+# entry and changes only where the apiserver calls and which CA it trusts.
+WEBHOOK_TEMPLATE = Path(__file__).resolve().parents[1] / "config" / "base" / "webhook.yaml"
+
+
+def webhook_template(path: Path = WEBHOOK_TEMPLATE) -> dict[str, Any]:
+    """The webhook entry of config/base/webhook.yaml (a copy the caller may change)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CertError(f"{path}: cannot read Berth's webhook configuration ({exc.strerror}); "
+                        "rendering it needs the config/ directory of a Berth checkout") from None
+    hooks = [h for h in doc.get("webhooks") or [] if h.get("name") == WEBHOOK_NAME]
+    if doc.get("kind") != "MutatingWebhookConfiguration" or len(hooks) != 1:
+        raise CertError(f"{path}: expected a MutatingWebhookConfiguration with one webhook "
+                        f"named {WEBHOOK_NAME}")
+    return copy.deepcopy(hooks[0])
 
 
 def render_webhook_config(
     ca_pem: bytes, *, url: str | None = None, service: tuple[str, str] | None = None,
     namespaces: list[str] | None = None, failure_policy: str = "Fail", timeout_seconds: int = 5,
+    template: Path = WEBHOOK_TEMPLATE,
 ) -> str:
-    """MutatingWebhookConfiguration YAML trusting ``ca_pem``, calling ``url`` or the in-cluster
-    ``service`` (namespace, name), limited to ``namespaces`` when given."""
+    """MutatingWebhookConfiguration YAML scoped as config/base/webhook.yaml, trusting
+    ``ca_pem``, calling ``url`` or the in-cluster ``service`` (namespace, name), and further
+    limited to ``namespaces`` when given (ANDed with the shipped namespaceSelector)."""
     import yaml
 
     client: dict[str, object] = {"caBundle": base64.b64encode(ca_pem).decode()}
@@ -165,24 +178,16 @@ def render_webhook_config(
                              "port": 443}
     else:
         client["url"] = url or "https://127.0.0.1:8443/mutate-pods"
-    webhook: dict[str, object] = {
-        "name": WEBHOOK_NAME,
-        "admissionReviewVersions": ["v1"],
-        "sideEffects": "None",
-        # Fail: a GPU pod created while Berth is down would escape its quota and gang rules;
-        # matchConditions below keep every other pod away from this webhook.
-        "failurePolicy": failure_policy,
-        "timeoutSeconds": timeout_seconds,
-        "reinvocationPolicy": "Never",
-        "clientConfig": client,
-        "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                   "resources": ["pods"], "scope": "Namespaced"}],
-        "matchConditions": [{"name": "gpu-pods", "expression": GPU_POD_CONDITION}],
-    }
+    webhook = webhook_template(template)
+    # Fail: a GPU pod created while Berth is down would escape its quota and gang rules;
+    # the shipped matchConditions keep every other pod away from this webhook.
+    webhook.update(failurePolicy=failure_policy, timeoutSeconds=timeout_seconds,
+                   clientConfig=client)
     if namespaces:
-        webhook["namespaceSelector"] = {"matchExpressions": [
+        selector = webhook.setdefault("namespaceSelector", {})
+        selector.setdefault("matchExpressions", []).append(
             {"key": "kubernetes.io/metadata.name", "operator": "In",
-             "values": sorted(namespaces)}]}
+             "values": sorted(namespaces)})
     doc = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",

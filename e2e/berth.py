@@ -2,9 +2,11 @@
 
 For each test: a copy of config/policy/sample-policy.yaml whose tenants own that test's
 namespaces; ``berth certs`` issues the serving pair and renders the
-MutatingWebhookConfiguration (caBundle, namespaceSelector, matchConditions) for a 127.0.0.1
-URL; ``berth webhook`` serves it as a separate process; the configuration is applied and the
-fixture waits until a dry-run GPU pod comes back gated. Everything is undone afterwards.
+MutatingWebhookConfiguration for a 127.0.0.1 URL, scoped as config/base/webhook.yaml (plus the
+test's namespaces); ``berth webhook`` serves it as a separate process; the configuration is
+applied with config/base's ValidatingAdmissionPolicy (Berth's pod keys after CREATE, e2e/policies.py)
+and the fixture waits until a dry-run GPU pod comes back gated. Everything is undone
+afterwards.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from admission.devcluster import processes
 from admission.devcluster.binaries import REPO_ROOT
 from e2e.conftest import E2ECluster, drop_namespace, make_namespace
 from e2e.helpers import BERTH, pod_manifest
+from e2e.policies import admission_policies
 from e2e.rbac import RBAC_FILE, install_rbac, service_account_kubeconfig, uninstall_rbac
 from e2e.webhooks import registered, wait_until_mutating
 
@@ -137,9 +140,10 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
         hook.start()
         config: dict[str, Any] = yaml.safe_load(rendered.read_text())
         # Unique per test, so a leftover from a crashed run can never capture another test.
-        config["metadata"]["name"] = f"berth-{workdir.name}"[:63]
-        with registered(cluster.api, config):
-            some_ns = next(iter(namespaces.values()))
+        some_ns = next(iter(namespaces.values()))
+        config["metadata"]["name"] = f"berth-{some_ns}"[:63]
+        with registered(cluster.api, config), admission_policies(
+                cluster.api, suffix=some_ns, namespaces=list(namespaces.values())):
             core = client.CoreV1Api(cluster.api)
             try:
                 wait_until_mutating(

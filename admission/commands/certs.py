@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
     parser.add_argument("--render-webhook-config", metavar="FILE",
                         help="also write the MutatingWebhookConfiguration with the caBundle "
-                        "to FILE ('-' for stdout)")
+                        "to FILE ('-' for stdout), scoped as config/base/webhook.yaml")
     parser.add_argument("--url", help="webhook URL in the config "
                         "(default https://HOST:8443/mutate-pods)")
     parser.add_argument("--service", metavar="NAMESPACE/NAME",
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from admission.certs import render_webhook_config, write_bundle
+    from admission.certs import CertError, render_webhook_config, webhook_template, write_bundle
     from admission.cli import UsageError
     from admission.policy import PolicyError, load_policy
 
@@ -50,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
             namespaces = sorted(load_policy(args.policy).managed_namespaces)
         except PolicyError as exc:
             raise UsageError(f"--policy: {exc}") from None
+    if args.render_webhook_config:
+        try:
+            webhook_template()  # before any file is written: the scope comes from config/
+        except CertError as exc:
+            raise UsageError(f"--render-webhook-config: {exc}") from None
     try:
         bundle = write_bundle(args.out, args.host, args.dns, args.days)
     except OSError as exc:

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import yaml
 
-from admission.certs import GPU_POD_CONDITION
 from admission.policy import check_text
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"
@@ -35,6 +34,47 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
     return found[0]
 
 
+def assert_no_opt_out(hook: dict[str, Any]) -> None:
+    """Only the system namespaces (and, in the review, namespaces no tenant owns) are exempt:
+    no label of a pod or a namespace takes a pod out of screening."""
+    assert "objectSelector" not in hook, "a pod label must not opt out of Berth's webhook"
+    (expression,) = hook["namespaceSelector"]["matchExpressions"]
+    assert expression["key"] == "kubernetes.io/metadata.name"
+    assert expression["operator"] == "NotIn"
+    assert {"berth-system", "kube-system"} <= set(expression["values"])
+    (cond,) = hook["matchConditions"]
+    cel = "".join(cond["expression"].split())
+    for container_list in ("containers", "initContainers", "ephemeralContainers"):
+        assert f"object.spec.{container_list}.exists(c," in cel, container_list
+    assert cel.count("startsWith('nvidia.com/')") == 6  # limits and requests of each list
+    for key in ("berth.dev/", "gpu-fraction", "gpu-memory", "berth.dev/admission"):
+        assert f"'{key}'" in cel, key
+
+
+def assert_pod_keys_protected(docs: list[dict[str, Any]]) -> None:
+    """The pod-keys ValidatingAdmissionPolicy is bound, Deny, and exempts only the holders of
+    berth.dev podkeys update: Berth's controller service account."""
+    policy = one(docs, "ValidatingAdmissionPolicy", "berth-pod-keys")["spec"]
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "berth-pod-keys")["spec"]
+    assert binding["policyName"] == "berth-pod-keys" and binding["validationActions"] == ["Deny"]
+    assert policy["failurePolicy"] == "Fail"
+    (rule,) = policy["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["pods"] and rule["operations"] == ["UPDATE"]
+    exempt = [m["expression"] for m in policy["matchConditions"] if "authorizer" in m["expression"]]
+    assert exempt == ["!authorizer.group('berth.dev').resource('podkeys').check('update')"
+                      ".allowed()"]
+    holders = {(b["metadata"]["name"], s["kind"], s["name"]) for b in docs
+               if b["kind"] == "ClusterRoleBinding"
+               and podkeys_rule(one(docs, "ClusterRole", b["roleRef"]["name"]))
+               for s in b["subjects"]}
+    assert holders == {("berth-controller", "ServiceAccount", "berth")}, holders
+
+
+def podkeys_rule(role: dict[str, Any]) -> bool:
+    return any("berth.dev" in r.get("apiGroups", []) and "podkeys" in r.get("resources", [])
+               for r in role.get("rules") or [])
+
+
 def test_there_are_overlays() -> None:
     assert {p.name for p in OVERLAYS} >= {"standalone", "cert-manager", "kueue", "volcano"}
 
@@ -53,12 +93,8 @@ def test_overlay_renders_a_sound_installation(overlay: Path) -> None:
     hook = one(docs, "MutatingWebhookConfiguration", "berth")["webhooks"][0]
     assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] <= 5
     assert hook["rules"][0]["operations"] == ["CREATE"]
-    excluded = hook["namespaceSelector"]["matchExpressions"][0]["values"]
-    assert "berth-system" in excluded and "kube-system" in excluded
-    (cond,) = hook["matchConditions"]
-    # CEL ignores whitespace outside literals, and these literals hold none.
-    assert "".join(cond["expression"].split()) == "".join(GPU_POD_CONDITION.split()), (
-        "config/base/webhook.yaml matchConditions drifted from admission.certs.GPU_POD_CONDITION")
+    assert_no_opt_out(hook)
+    assert_pod_keys_protected(docs)
 
     policy_text = one(docs, "ConfigMap", "berth-policy")["data"]["policy.yaml"]
     policy, issues = check_text(policy_text)

@@ -20,7 +20,13 @@ from cryptography import x509
 from review_helpers import SAMPLE, fixture
 
 from admission import event_loop
-from admission.certs import CertError, TlsReloader, render_webhook_config, write_bundle
+from admission.certs import (
+    WEBHOOK_TEMPLATE,
+    CertError,
+    TlsReloader,
+    render_webhook_config,
+    write_bundle,
+)
 from admission.cli import main
 from admission.webhook import WebhookConfig, start_webhook
 
@@ -53,8 +59,20 @@ def test_rendered_webhook_configuration(tmp_path: Path) -> None:
     assert base64.b64decode(hook["clientConfig"]["caBundle"]) == bundle.ca_cert.read_bytes()
     assert hook["clientConfig"]["url"] == "https://127.0.0.1:9443/mutate-pods"
     assert hook["rules"][0]["operations"] == ["CREATE"] and hook["sideEffects"] == "None"
-    assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-a", "team-b"]
-    assert "nvidia.com/gpu" in hook["matchConditions"][0]["expression"]
+    # Scoped as config/base/webhook.yaml ships it, narrowed to the given namespaces.
+    shipped = yaml.safe_load(WEBHOOK_TEMPLATE.read_text())["webhooks"][0]
+    assert hook["matchConditions"] == shipped["matchConditions"]
+    assert hook["rules"] == shipped["rules"] and "objectSelector" not in hook
+    *base, narrowed = hook["namespaceSelector"]["matchExpressions"]
+    assert base == shipped["namespaceSelector"]["matchExpressions"]
+    assert narrowed == {"key": "kubernetes.io/metadata.name", "operator": "In",
+                        "values": ["team-a", "team-b"]}
+
+
+def test_rendering_needs_the_shipped_configuration(tmp_path: Path) -> None:
+    with pytest.raises(CertError, match="config/ directory of a Berth checkout"):
+        render_webhook_config(b"ca", template=tmp_path / "missing.yaml")
+    assert main(["certs", "--out", str(tmp_path / "c"), "--host", "h"]) == 0
 
 
 def test_certs_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
