@@ -1,4 +1,5 @@
-"""Prometheus metrics of the webhook: review latency, decisions, policy reloads, certificates.
+"""Prometheus metrics of the webhook: review latency, decisions, policy reloads, certificates;
+and :class:`MetricsServer`, which serves a registry on a port of its own.
 
 Each server owns its own registry (not prometheus-client's global one), so several servers can
 live in one process, as they do in tests and in ``berth serve`` next to the controller's own
@@ -15,7 +16,14 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
@@ -124,3 +132,49 @@ class WebhookMetrics:
     def policy_in_force(self, generation: str) -> None:
         self.policy_info.clear()
         self.policy_info.labels(generation=generation).set(1)
+
+
+# --------------------------------------------------------------------------------------------
+# /metrics on a port of its own
+# --------------------------------------------------------------------------------------------
+
+
+class MetricsServer:
+    """Plain HTTP ``/metrics`` (and ``/healthz``) on a port apart from the webhook's.
+
+    The webhook port must be reachable from wherever the apiserver runs, which is rarely known,
+    so it is open to every source; the metrics port can then be opened only to the monitoring
+    namespaces (config/components/network-policy). Without ``--metrics-port``, ``/metrics``
+    stays on the webhook's TLS port, as before. Runs on the caller's event loop, the thread the
+    reviews are counted on (:class:`ReviewStats` is not locked).
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, host: str, port: int) -> None:
+        self.registry = registry
+        self.host = host
+        self._port = port
+        self.runner = web.ServerRunner(web.Server(self._handle, access_log=None))
+
+    async def _handle(self, request: web.BaseRequest) -> web.Response:
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=405, text="use GET\n", headers={"Allow": "GET, HEAD"})
+        if request.path == "/metrics":
+            return web.Response(body=generate_latest(self.registry),
+                                headers={"Content-Type": CONTENT_TYPE_LATEST})
+        if request.path in ("/healthz", "/readyz"):
+            return web.Response(text="ok\n")
+        return web.Response(status=404, text=f"no such path {request.path}; "
+                            "this port serves /metrics\n")
+
+    async def start(self) -> None:
+        await self.runner.setup()
+        await web.TCPSite(self.runner, self.host, self._port).start()
+
+    @property
+    def port(self) -> int:
+        for addr in self.runner.addresses:
+            return int(addr[1])
+        return self._port
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()

@@ -1,4 +1,5 @@
-"""``berth serve``: the webhook and the batch controller in one process (what config/ deploys)."""
+"""``berth serve``: the webhook and the batch controller in one process (what config/ deploys);
+``--no-webhook`` runs the controller alone (config/overlays/split, beside ``berth webhook``)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,21 @@ HELP = "Run the admission webhook and the batch controller (leader-elected) toge
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", required=True, type=Path, metavar="FILE",
                         help="the policy YAML (reloaded when it changes)")
-    parser.add_argument("--cert-dir", required=True, type=Path, metavar="DIR",
-                        help="directory with tls.crt and tls.key for the webhook")
+    parser.add_argument("--cert-dir", type=Path, metavar="DIR",
+                        help="directory with tls.crt and tls.key for the webhook (required "
+                        "unless --no-webhook)")
     parser.add_argument("--kubeconfig", metavar="K", default=None,
                         help="kubeconfig file (default: the in-cluster service account)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address the webhook binds (default 127.0.0.1; 0.0.0.0 in a pod)")
     parser.add_argument("--port", type=int, default=8443, help="webhook port (default 8443)")
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve /metrics (and /healthz) as plain HTTP on this port instead "
+                        "of on the webhook's TLS port (default: on the webhook port)")
+    parser.add_argument("--no-webhook", action="store_true",
+                        help="run the batch controller alone, without the webhook (which then "
+                        "runs as `berth webhook` under an identity with no API rights); "
+                        "give --metrics-port for its metrics and probes")
     parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "berth-system"),
                         help="namespace of the leader-election Lease (default $POD_NAMESPACE)")
     parser.add_argument("--lease-name", default="berth-controller")
@@ -44,10 +53,12 @@ def run(args: argparse.Namespace) -> int:
     from admission import event_loop
     from admission.certs import CertError
     from admission.cli import UsageError
+    from admission.commands.webhook import check_ports
     from admission.policy import PolicyError
 
-    if not 0 < args.port < 65536:
-        raise UsageError(f"--port must be 1..65535, got {args.port}")
+    check_ports(args)
+    if args.cert_dir is None and not args.no_webhook:
+        raise UsageError("--cert-dir is required (unless --no-webhook)")
     if not args.policy.is_file():
         raise UsageError(f"--policy: no such file {args.policy}")
     if args.kubeconfig and not Path(args.kubeconfig).is_file():
@@ -59,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     from admission.serve import ServeConfig, run_serve
 
     cfg = ServeConfig(policy=args.policy, cert_dir=args.cert_dir, kubeconfig=args.kubeconfig,
-                      host=args.host, port=args.port, namespace=args.namespace,
+                      host=args.host, port=args.port, metrics_port=args.metrics_port,
+                      webhook=not args.no_webhook, namespace=args.namespace,
                       lease_name=args.lease_name, identity=args.identity,
                       self_signed_secret=args.self_signed_secret,
                       webhook_service=args.webhook_service, webhook_config=args.webhook_config)
@@ -75,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no cluster credentials ({exc}); pass --kubeconfig outside a "
                          "cluster") from None
     except OSError as exc:
-        raise UsageError(f"cannot listen on {args.host}:{args.port}: "
+        ports = [p for p in (None if args.no_webhook else args.port, args.metrics_port) if p]
+        raise UsageError(f"cannot listen on {args.host}:{'/'.join(map(str, ports))}: "
                          f"{exc.strerror or exc}") from None
     return 0

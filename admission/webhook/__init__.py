@@ -20,6 +20,7 @@ from __future__ import annotations
 from admission.webhook.gang import GangError, GangIdentity, identify_gang, label_value
 from admission.webhook.review import Decision, MalformedReview, Outcome, parse_review, review
 from admission.webhook.server import (
+    PolicySource,
     WebhookConfig,
     WebhookServer,
     WebhookState,
@@ -36,6 +37,7 @@ __all__ = [
     "GangIdentity",
     "MalformedReview",
     "Outcome",
+    "PolicySource",
     "WebhookConfig",
     "WebhookServer",
     "WebhookState",

@@ -35,7 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from admission.certs import TlsReloader
 from admission.event_loop import loop_name
-from admission.metrics import WebhookMetrics
+from admission.metrics import MetricsServer, WebhookMetrics
 from admission.policy import Policy, PolicyError, PolicyIssue, check_text
 from admission.webhook.review import (
     Decision,
@@ -67,6 +67,9 @@ class WebhookConfig:
     max_body: int = MAX_BODY
     drain_seconds: float = 2.0  # not ready before closing, so endpoints drop this replica
     shutdown_timeout: float = 25.0  # most time in-flight reviews get to finish
+    # None: /metrics on the webhook port (TLS). A port: plain HTTP /metrics there instead, so
+    # the webhook port, which must be open to the apiserver, serves only what it needs.
+    metrics_port: int | None = None
 
 
 class PolicySource:
@@ -213,14 +216,15 @@ class WebhookHandler:
     (with Allow), HEAD on the GET paths, ``Expect: 100-continue``, and the body size limit.
     """
 
-    def __init__(self, state: WebhookState) -> None:
+    def __init__(self, state: WebhookState, *, metrics: bool = True) -> None:
         self.state = state
         self._routes: dict[str, tuple[str, _Handler]] = {
             "/mutate-pods": ("POST", self._mutate_guarded),
             "/healthz": ("GET", self._healthz),
             "/readyz": ("GET", self._readyz),
-            "/metrics": ("GET", self._metrics),
         }
+        if metrics:
+            self._routes["/metrics"] = ("GET", self._metrics)
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
         route = self._routes.get(request.path)
@@ -335,9 +339,11 @@ class WebhookServer:
     def __init__(self, config: WebhookConfig, state: WebhookState) -> None:
         self.config = config
         self.state = state
-        self.handler = WebhookHandler(state)
+        self.handler = WebhookHandler(state, metrics=config.metrics_port is None)
         self.runner = web.ServerRunner(web.Server(self.handler, access_log=None),
                                        shutdown_timeout=config.shutdown_timeout)
+        self.metrics_server = (None if config.metrics_port is None else MetricsServer(
+            state.metrics.registry, host=config.host, port=config.metrics_port))
         self._watcher: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -345,6 +351,8 @@ class WebhookServer:
         site = web.TCPSite(self.runner, self.config.host, self.config.port,
                            ssl_context=self.state.tls.context if self.state.tls else None)
         await site.start()
+        if self.metrics_server is not None:
+            await self.metrics_server.start()
         self._watcher = asyncio.create_task(
             _watch(self.state, self.config.policy_interval, self.config.cert_interval))
 
@@ -371,6 +379,8 @@ class WebhookServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         await self.runner.cleanup()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
 
 
 async def start_webhook(config: WebhookConfig,
