@@ -35,7 +35,7 @@ from admission.devcluster import processes
 from admission.devcluster.binaries import REPO_ROOT
 from e2e.berth import GATE, BerthWebhook, berth_webhook
 from e2e.conftest import E2ECluster
-from e2e.helpers import pod_manifest
+from e2e.helpers import eventually, pod_manifest
 from e2e.rbac import service_account_kubeconfig
 
 pytestmark = [
@@ -174,6 +174,14 @@ def _tenant_user(cluster: E2ECluster, ns: str, out: Path) -> client.CoreV1Api:
     return client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
 
 
+def _try(call: Any) -> ApiException | None:
+    try:
+        call()
+    except ApiException as exc:
+        return exc
+    return None
+
+
 def _refused(call: Any, key: str) -> str:
     with pytest.raises(ApiException) as refused:
         call()
@@ -191,6 +199,11 @@ def test_a_tenant_cannot_rewrite_berth_keys_after_create(
     tenant = _tenant_user(cluster, ns, tmp_path / "tenant.kubeconfig")
     pod = tenant.create_namespaced_pod(ns, pod_manifest("train", gpus=2))
     assert gates(pod) == [GATE] and pod.metadata.labels[c.LABEL_TENANT] == "team-a"
+    # A new policy takes a moment to reach the admission chain: probe with dry runs.
+    eventually(lambda: _try(lambda: tenant.patch_namespaced_pod(
+        "train", ns, {"metadata": {"labels": {c.LABEL_TENANT: "team-b"}}}, dry_run="All")),
+        lambda exc: exc is not None and ONLY_BERTH in (exc.body or ""), timeout=30,
+        what="the pod-keys ValidatingAdmissionPolicy to take effect")
 
     # Move the pod's quota to another tenant.
     _refused(lambda: tenant.patch_namespaced_pod(
