@@ -4,9 +4,9 @@ For each test: a copy of config/policy/sample-policy.yaml whose tenants own that
 namespaces; ``berth certs`` issues the serving pair and renders the
 MutatingWebhookConfiguration for a 127.0.0.1 URL, scoped as config/base/webhook.yaml (plus the
 test's namespaces); ``berth webhook`` serves it as a separate process; the configuration is
-applied with config/base's ValidatingAdmissionPolicy (Berth's pod keys after CREATE, e2e/policies.py)
-and the fixture waits until a dry-run GPU pod comes back gated. Everything is undone
-afterwards.
+applied with config/base's ValidatingAdmissionPolicy (Berth's pod keys after CREATE,
+e2e/policies.py) and the fixture waits until a dry-run GPU pod comes back gated. Everything is
+undone afterwards.
 """
 
 from __future__ import annotations

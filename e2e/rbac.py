@@ -67,11 +67,18 @@ def uninstall_rbac(api: client.ApiClient, created: list[tuple[str, str]]) -> Non
 
 
 def service_account_kubeconfig(api: client.ApiClient, *, server: str, ca_pem: bytes,
-                               namespace: str, account: str, out: Path) -> Path:
-    """A kubeconfig that authenticates as ``namespace/account`` with a fresh bound token."""
+                               namespace: str, account: str, out: Path,
+                               bound_pod: Any = None) -> Path:
+    """A kubeconfig that authenticates as ``namespace/account`` with a fresh token, bound to
+    ``bound_pod`` (a V1Pod) when given, as the kubelet's projected tokens are: the apiserver
+    then adds the pod's node to the request's user info."""
     core = client.CoreV1Api(api)
-    request = core.create_namespaced_service_account_token(
-        account, namespace, {"spec": {"expirationSeconds": 3600}})
+    spec: dict[str, Any] = {"expirationSeconds": 3600}
+    if bound_pod is not None:
+        spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1",
+                                  "name": bound_pod.metadata.name,
+                                  "uid": bound_pod.metadata.uid}
+    request = core.create_namespaced_service_account_token(account, namespace, {"spec": spec})
     conf = {
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "c", "cluster": {

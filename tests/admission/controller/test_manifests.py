@@ -137,3 +137,91 @@ def test_component_patches_find_volumes_by_name_not_by_place() -> None:
                 assert not any(a == "volumes" and b.isdigit()
                                for a, b in itertools.pairwise(parts)), (
                     f"{kustomization}: {op['path']} names a volume by its index")
+
+
+def subjects_of(docs: list[dict[str, Any]], account: str) -> list[dict[str, Any]]:
+    """The roles (ClusterRole or Role documents) bound to the service account ``account``."""
+    roles = []
+    for b in docs:
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding") and any(
+                s["kind"] == "ServiceAccount" and s["name"] == account
+                for s in b.get("subjects") or []):
+            roles.append(one(docs, b["roleRef"]["kind"], b["roleRef"]["name"]))
+    return roles
+
+
+def verbs_on(roles: list[dict[str, Any]], resource: str) -> set[str]:
+    return {v for role in roles for rule in role.get("rules") or []
+            if resource in rule.get("resources", []) for v in rule["verbs"]}
+
+
+def test_split_overlay_separates_the_webhook_from_the_controller() -> None:
+    from admission.cli import build_parser
+
+    docs = render(CONFIG / "overlays" / "split")
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    assert set(deployments) == {"berth", "berth-webhook"}
+    pods = {name: d["spec"]["template"]["spec"] for name, d in deployments.items()}
+    accounts = {name: pod["serviceAccountName"] for name, pod in pods.items()}
+    assert accounts == {"berth": "berth", "berth-webhook": "berth-webhook"}
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"} == {
+        "berth", "berth-webhook", "berth-agent"}
+
+    # The commands are what berth parses: the controller alone, the webhook alone.
+    controller = build_parser().parse_args(pods["berth"]["containers"][0]["args"])
+    webhook = build_parser().parse_args(pods["berth-webhook"]["containers"][0]["args"])
+    assert controller.command == "serve" and controller.no_webhook
+    assert webhook.command == "webhook"
+    assert controller.metrics_port == webhook.metrics_port == 9090
+
+    # The internet-facing webhook holds no credential: no token, no role.
+    assert pods["berth-webhook"]["automountServiceAccountToken"] is False
+    webhook_sa = one(docs, "ServiceAccount", "berth-webhook")
+    assert webhook_sa["automountServiceAccountToken"] is False
+    assert subjects_of(docs, "berth-webhook") == []
+    # The controller keeps what the release needs.
+    controller_roles = subjects_of(docs, "berth")
+    assert {"patch", "watch"} <= verbs_on(controller_roles, "pods")
+    assert "patch" not in verbs_on(subjects_of(docs, "berth-webhook"), "pods")
+
+    # The Service and the disruption budget are the webhook's; the controller is not behind
+    # the webhook Service.
+    selector = one(docs, "Service", "berth-webhook")["spec"]["selector"]
+    assert selector.items() <= deployments["berth-webhook"]["spec"]["template"]["metadata"][
+        "labels"].items()
+    assert not selector.items() <= deployments["berth"]["spec"]["template"]["metadata"][
+        "labels"].items()
+    assert one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"] == selector
+
+    # Scoping and the two policies; the pod-keys exemption names the controller's account.
+    hook = one(docs, "MutatingWebhookConfiguration", "berth")["webhooks"][0]
+    assert_no_opt_out(hook)
+    assert_pod_keys_protected(docs)
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "berth-agent-node")["spec"]
+    assert binding["paramRef"]["name"] == "berth-agent"
+    assert binding["paramRef"]["namespace"] == "berth-system"
+
+
+def test_network_policies_open_the_webhook_port_and_keep_metrics_to_monitoring() -> None:
+    docs = render(CONFIG / "overlays" / "split")
+    policies = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
+    deny = policies["berth-default-deny"]
+    assert deny["podSelector"] == {} and set(deny["policyTypes"]) == {"Ingress", "Egress"}
+    assert "ingress" not in deny and "egress" not in deny
+    ingress = {(p["port"], str(rule.get("from"))) for spec in policies.values()
+               for rule in spec.get("ingress") or [] for p in rule["ports"]}
+    assert ingress == {
+        ("https", "None"),  # from anywhere
+        ("metrics", str([{"namespaceSelector": {"matchLabels": {
+            "berth.dev/metrics-scraper": "true"}}}])),
+    }
+    # Containers name their ports as the policies do.
+    for d in docs:
+        if d["kind"] == "Deployment":
+            names = {p["name"] for p in d["spec"]["template"]["spec"]["containers"][0]["ports"]}
+            assert names <= {"https", "metrics"} and "metrics" in names
+    egress = policies["berth-to-apiserver-and-dns"]
+    assert egress["podSelector"]["matchExpressions"] == [
+        {"key": "app.kubernetes.io/name", "operator": "NotIn", "values": ["berth-webhook"]}]
+    ports = {(p["protocol"], p["port"]) for rule in egress["egress"] for p in rule["ports"]}
+    assert ports == {("TCP", 443), ("TCP", 6443), ("UDP", 53), ("TCP", 53)}
