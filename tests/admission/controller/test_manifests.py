@@ -57,6 +57,7 @@ def assert_pod_keys_protected(docs: list[dict[str, Any]]) -> None:
     policy = one(docs, "ValidatingAdmissionPolicy", "berth-pod-keys")["spec"]
     binding = one(docs, "ValidatingAdmissionPolicyBinding", "berth-pod-keys")["spec"]
     assert binding["policyName"] == "berth-pod-keys" and binding["validationActions"] == ["Deny"]
+    assert "paramRef" not in binding and "matchResources" not in binding  # every namespace
     assert policy["failurePolicy"] == "Fail"
     (rule,) = policy["matchConstraints"]["resourceRules"]
     assert rule["resources"] == ["pods"] and rule["operations"] == ["UPDATE"]
