@@ -220,6 +220,24 @@ def test_a_tenant_cannot_rewrite_berth_keys_after_create(
     _refused(lambda: tenant.patch_namespaced_pod(
         "train", ns, {"metadata": {"labels": {c.LABEL_TENANT: None}}}), c.LABEL_TENANT)
 
+    # Nor through the status subresource, for a tenant granted it: a status update carries
+    # metadata changes too.
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    rbac.create_namespaced_role(ns, {
+        "metadata": {"name": "tenant-pod-status"},
+        "rules": [{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}]})
+    rbac.create_namespaced_role_binding(ns, {
+        "metadata": {"name": "tenant-pod-status"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "tenant-pod-status"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]})
+    via_status = eventually(lambda: _try(lambda: tenant.patch_namespaced_pod_status(
+        "train", ns, {"metadata": {"labels": {c.LABEL_TENANT: "team-b"}}})),
+        lambda exc: exc is None or "cannot patch resource" not in (exc.body or ""),
+        timeout=30, what="RBAC to grant the tenant pods/status")
+    assert via_status is not None, "the tenant relabelled its pod through pods/status"
+    assert c.LABEL_TENANT in (via_status.body or "") and ONLY_BERTH in (via_status.body or "")
+
     # The tenant's own keys stay the tenant's; the pod is as Berth left it.
     tenant.patch_namespaced_pod("train", ns, {"metadata": {"labels": {"app": "llama"}}})
     stored = cluster.core.read_namespaced_pod("train", ns)

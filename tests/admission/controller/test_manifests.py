@@ -60,7 +60,7 @@ def assert_pod_keys_protected(docs: list[dict[str, Any]]) -> None:
     assert "paramRef" not in binding and "matchResources" not in binding  # every namespace
     assert policy["failurePolicy"] == "Fail"
     (rule,) = policy["matchConstraints"]["resourceRules"]
-    assert rule["resources"] == ["pods"] and rule["operations"] == ["UPDATE"]
+    assert rule["resources"] == ["pods", "pods/status"] and rule["operations"] == ["UPDATE"]
     exempt = [m["expression"] for m in policy["matchConditions"] if "authorizer" in m["expression"]]
     assert exempt == ["!authorizer.group('berth.dev').resource('podkeys').check('update')"
                       ".allowed()"]
