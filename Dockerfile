@@ -77,6 +77,6 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
  && pip uninstall -y pip setuptools wheel
 USER 65532:65532
 WORKDIR /tmp
-EXPOSE 8443
+EXPOSE 8443 9090
 ENTRYPOINT ["berth"]
 CMD ["--help"]
