@@ -82,3 +82,14 @@ def pod_condition(pod: Any, kind: str) -> Any:
         if cond.type == kind:
             return cond
     return None
+
+
+def api_refusal(call: Callable[[], object]) -> Any:
+    """Run one API call; the ``ApiException`` it raised, or None when it went through."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        call()
+    except ApiException as exc:
+        return exc
+    return None

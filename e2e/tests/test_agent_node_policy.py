@@ -14,12 +14,11 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
 
 from admission.agent import schema
 from admission.devcluster.binaries import REPO_ROOT
 from e2e.conftest import E2ECluster, drop_namespace, make_namespace
-from e2e.helpers import eventually, pod_manifest
+from e2e.helpers import api_refusal, eventually, pod_manifest
 from e2e.policies import admission_policies
 from e2e.rbac import install_rbac, service_account_kubeconfig, uninstall_rbac
 
@@ -32,16 +31,9 @@ pytestmark = [
 AGENT = REPO_ROOT / "config" / "agent"
 
 
-def _try(call: Any) -> ApiException | None:
-    try:
-        call()
-    except ApiException as exc:
-        return exc
-    return None
-
 
 def _refused(call: Any, *words: str) -> None:
-    exc = _try(call)
+    exc = api_refusal(call)
     assert exc is not None, f"allowed, but the node policy should refuse it ({words})"
     assert exc.status in (403, 422), exc.body
     for word in words:
@@ -81,7 +73,7 @@ def test_the_agent_changes_only_its_own_node_and_its_own_keys(
 
         with admission_policies(cluster.api, suffix=home, files=(AGENT / "node-policy.yaml",),
                                 param_namespace=home):
-            eventually(lambda: _try(lambda: agent.patch_node(
+            eventually(lambda: api_refusal(lambda: agent.patch_node(
                 other, _labels({schema.LABEL_HEALTHY_GPUS: "8"}), dry_run="All")),
                 lambda exc: exc is not None and "only the node it runs on" in (exc.body or ""),
                 timeout=30, what="the node ValidatingAdmissionPolicy to take effect")

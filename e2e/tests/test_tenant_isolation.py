@@ -35,7 +35,7 @@ from admission.devcluster import processes
 from admission.devcluster.binaries import REPO_ROOT
 from e2e.berth import GATE, BerthWebhook, berth_webhook
 from e2e.conftest import E2ECluster
-from e2e.helpers import eventually, pod_manifest
+from e2e.helpers import api_refusal, eventually, pod_manifest
 from e2e.rbac import service_account_kubeconfig
 
 pytestmark = [
@@ -174,13 +174,6 @@ def _tenant_user(cluster: E2ECluster, ns: str, out: Path) -> client.CoreV1Api:
     return client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
 
 
-def _try(call: Any) -> ApiException | None:
-    try:
-        call()
-    except ApiException as exc:
-        return exc
-    return None
-
 
 def _refused(call: Any, key: str) -> str:
     with pytest.raises(ApiException) as refused:
@@ -200,7 +193,7 @@ def test_a_tenant_cannot_rewrite_berth_keys_after_create(
     pod = tenant.create_namespaced_pod(ns, pod_manifest("train", gpus=2))
     assert gates(pod) == [GATE] and pod.metadata.labels[c.LABEL_TENANT] == "team-a"
     # A new policy takes a moment to reach the admission chain: probe with dry runs.
-    eventually(lambda: _try(lambda: tenant.patch_namespaced_pod(
+    eventually(lambda: api_refusal(lambda: tenant.patch_namespaced_pod(
         "train", ns, {"metadata": {"labels": {c.LABEL_TENANT: "team-b"}}}, dry_run="All")),
         lambda exc: exc is not None and ONLY_BERTH in (exc.body or ""), timeout=30,
         what="the pod-keys ValidatingAdmissionPolicy to take effect")
@@ -231,7 +224,7 @@ def test_a_tenant_cannot_rewrite_berth_keys_after_create(
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                     "name": "tenant-pod-status"},
         "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]})
-    via_status = eventually(lambda: _try(lambda: tenant.patch_namespaced_pod_status(
+    via_status = eventually(lambda: api_refusal(lambda: tenant.patch_namespaced_pod_status(
         "train", ns, {"metadata": {"labels": {c.LABEL_TENANT: "team-b"}}})),
         lambda exc: exc is None or "cannot patch resource" not in (exc.body or ""),
         timeout=30, what="RBAC to grant the tenant pods/status")
