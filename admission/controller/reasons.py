@@ -1,0 +1,122 @@
+"""Every reason the controller writes on a pod, with what it means: the table behind
+docs/reference/conditions-and-events.md.
+
+The writers (:mod:`.explain`, :mod:`.cycle`, :mod:`.unbound`) spell their reasons where they
+build each :class:`~.explain.Why`; this module lists them once for people.
+``tests/admission/test_reference.py`` reads every ``Why(...)`` in ``admission/controller/`` and
+fails when a reason is written that is not listed here, or listed and no longer written.
+
+Each reason is both the ``reason`` of the pod condition ``berth.dev/Waiting`` and the
+``reason`` of the Event written with it (source ``berth-controller``), in one write, only when
+the condition's status, reason or message changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from admission.controller import keys
+from admission.controller.settings import Settings
+from admission.controller.unbound import SILENT_GRACES
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    name: str  # the condition's and the Event's reason, CamelCase
+    waiting: bool  # condition status True (still held) or False
+    event: Literal["Normal", "Warning"]
+    written_by: str  # module under admission/controller/
+    meaning: str
+    example: str  # a message as a user sees it
+    action: str  # what to do about it
+
+
+CONDITION_TYPE: Final = keys.CONDITION_WAITING
+EVENT_SOURCE: Final = keys.EVENT_COMPONENT
+EXPLAIN_BUDGET: Final = Settings().explain_budget  # condition writes per cycle, at most
+_GRACE = Settings().bind_grace_seconds
+
+REASONS: Final[tuple[Reason, ...]] = (
+    Reason(
+        "GangIncomplete", True, "Normal", "explain.py",
+        "Some pods of the pod's gang do not exist yet; a gang is considered only once all "
+        "its pods exist.",
+        "waiting: gang team-a/job-1 has 3 of 4 pods; it is considered once all exist",
+        "Check that the gang size (`berth.dev/gang-size`, Kueue's `pod-group-total-count`, "
+        "the Job's parallelism) matches the pods that will be created.",
+    ),
+    Reason(
+        "GangTimedOut", True, "Warning", "explain.py",
+        "The gang is still incomplete after `batch.gangTimeoutSeconds`; it keeps waiting "
+        "(nothing is deleted) and `berth_gang_timeouts_total` counts it once.",
+        "waiting: gang team-a/job-1 has 3 of 4 pods after 612s (timeout 600s); the missing "
+        "pods were never created",
+        "Create the missing pods or delete the gang's pods; fix the gang size.",
+    ),
+    Reason(
+        "InvalidPod", True, "Warning", "explain.py",
+        "The controller cannot turn the pod into a gang it can plan: a value on the pod it "
+        "cannot read (priority, topology or gang-size annotation) or a demand the solver "
+        "refuses.",
+        "waiting: pod team-a/p-0: annotation berth.dev/priority='high' is not an integer",
+        "Delete the pod and create it again with a valid value.",
+    ),
+    Reason(
+        "Quota", True, "Normal", "explain.py",
+        "Admitting the gang would take its tenant over its quota, beyond its borrowing limit, "
+        "or beyond the idle quota other tenants leave (the solver's own quota rule).",
+        "waiting: quota: tenant team-a would use 20000 of its 16000 milli-GPU and may not "
+        "borrow; 3 gangs ahead",
+        "Wait for the tenant's running pods to finish, or raise `tenants[].quota.gpus` or "
+        "its `borrowing`.",
+    ),
+    Reason(
+        "Deferred", True, "Normal", "explain.py",
+        "Quota allows the gang but the plan of this window did not place it: no room for the "
+        "whole gang on nodes it may use (models, topology, selectors, taints), or others "
+        "came first.",
+        "waiting: no room for the whole gang this window; 0 gangs ahead",
+        "Check the pod's GPU models, topology annotation, node selector and tolerations "
+        "against the free GPUs; `berth solve` on a snapshot shows the solver's reason.",
+    ),
+    Reason(
+        "PlanRejected", True, "Warning", "explain.py",
+        "The checker refused this window's plan, so nothing was released; every pending "
+        "gang keeps waiting and the next window solves again.",
+        "waiting: <the checker's violation>; 2 gangs ahead",
+        "Look for `berth_plans_rejected_total` and the controller's log; report the "
+        "violation, it is a bug.",
+    ),
+    Reason(
+        "Released", False, "Normal", "cycle.py",
+        "Berth wrote the pod's placement and removed its gate; the pod now belongs to its "
+        "scheduler.",
+        "released by Berth to its placement",
+        "None.",
+    ),
+    Reason(
+        "NotBound", True, "Warning", "unbound.py",
+        f"Released, but its scheduler has not bound it: {_GRACE:g} s after the release if the "
+        f"scheduler refused it (its `PodScheduled` condition), {_GRACE * SILENT_GRACES:g} s if "
+        "it said nothing. Berth keeps its GPUs held and cannot gate it again.",
+        "released to node n-3 by Berth but not bound after 30s; volcano says: Unschedulable "
+        "...",
+        "Read what the scheduler says (its queue closed or over capability, the node gone); "
+        "fix the queue or delete the pod.",
+    ),
+    Reason(
+        "Bound", False, "Normal", "unbound.py",
+        "A pod that was reported `NotBound` has been bound since.",
+        "bound to n-3",
+        "None.",
+    ),
+)
+
+
+def reason(name: str) -> Reason:
+    """The entry for ``name``; KeyError when the table lacks it."""
+    for r in REASONS:
+        if r.name == name:
+            return r
+    raise KeyError(name)
