@@ -73,12 +73,18 @@ REASONS: Final[tuple[Reason, ...]] = (
     ),
     Reason(
         "Deferred", True, "Normal", "explain.py",
-        "Quota allows the gang but the plan of this window did not place it: no room for the "
-        "whole gang on nodes it may use (models, topology, selectors, taints), or others "
-        "came first.",
-        "waiting: no room for the whole gang this window; 0 gangs ahead",
-        "Check the pod's GPU models, topology annotation, node selector and tolerations "
-        "against the free GPUs; `berth solve` on a snapshot shows the solver's reason.",
+        "Quota allows the gang but this window's plan did not place it. The message is the "
+        "solver's reason (solver/cpsat/reasons.py), the most fundamental first: `no node with "
+        "GPU model ...`; `no node may run pod ... (most often: node selector ... does not "
+        "match | untolerated taint ... | node is cordoned | ...)`; `capacity: no node has "
+        "room for pod ... now`; `topology domain too small: no rack domain has ... milli-GPU "
+        "free`; `capacity: each pod fits somewhere, but not the whole gang at once beside the "
+        "gangs admitted this window`.",
+        "waiting: topology domain too small: no rack domain has 16000 milli-GPU free "
+        "(largest: 8000); 0 gangs ahead",
+        "A model, selector or taint reason does not go away by waiting: fix the pod's "
+        "`berth.dev/gpu-models`, node selector or tolerations, or the nodes' labels. A "
+        "capacity or topology reason clears as running pods finish.",
     ),
     Reason(
         "PlanRejected", True, "Warning", "explain.py",
