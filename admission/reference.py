@@ -148,9 +148,11 @@ def metrics_md() -> str:
     out = [_HEADER.format(source="admission/metrics.py and admission/controller/metrics.py"),
            "# Metrics reference\n\n",
            "Every metric Berth exports, read from the metric objects as `berth serve` "
-           "registers them: the webhook's and the controller's on one registry, served at the "
-           "webhook's `/metrics` (HTTPS, port 8443). `berth webhook` alone serves the webhook "
-           "rows. Every replica serves the webhook; only the replica holding the Lease "
+           "registers them: the webhook's and the controller's on one registry, served at "
+           "`/metrics` on the webhook's HTTPS port (8443), or as plain HTTP on `--metrics-port` "
+           "(9090 in config/overlays/split). `berth webhook` alone serves the webhook rows, "
+           "`berth serve --no-webhook` all of them (its review counters stay at zero). Only the "
+           "replica holding the Lease "
            "(`berth_leader 1`) runs cycles, so the controller's figures come from it. "
            "Histograms add `_bucket`, `_sum` and `_count` series; counters and histograms "
            "also get prometheus-client's `_created` series. Dashboard: "
