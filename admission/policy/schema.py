@@ -47,7 +47,7 @@ Json = dict[str, Any]
 
 # --------------------------------------------------------------------------------------------
 # Field descriptions, by model class and YAML key. A ``Field(description=...)`` in the model
-# takes precedence; a field with neither fails tests/admission/policy/test_schema.py.
+# takes precedence; a field with neither fails tests/admission/policy/test_policy_schema.py.
 # --------------------------------------------------------------------------------------------
 FIELD_DOCS: dict[str, str] = {
     # Policy
