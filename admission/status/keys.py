@@ -1,0 +1,30 @@
+"""Names ``berth status`` reads that the controller does not write yet.
+
+Reservations (where and when a gang that cannot fit starts earliest) and reclaims (a tenant
+within its quota taking GPUs back from tenants on borrowed quota) are designed
+(``DESIGN.md``, "Time") but not built. The status reads them when they appear, under these
+names, and shows nothing when none exist; when the controller writes them, the names move to
+:mod:`admission.constants` and :mod:`admission.controller.keys` and this module imports them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from admission import constants as c
+from admission.controller import keys
+
+# On a waiting pod: its gang's reservation, as the controller will spell it (shown verbatim).
+ANNOTATION_RESERVATION: Final = f"{c.DOMAIN}/reservation"
+# The Waiting condition's or an Event's reason for a gang that holds a reservation.
+REASON_RESERVED: Final = "Reserved"
+# An Event's reason on a pod Berth evicted to give a tenant back its quota.
+REASON_RECLAIMED: Final = "Reclaimed"
+
+CONDITION_WAITING: Final = keys.CONDITION_WAITING
+EVENT_COMPONENT: Final = keys.EVENT_COMPONENT
+# Where config/base installs Berth: its namespace, the policy ConfigMap and the Lease.
+BERTH_NAMESPACE: Final = "berth-system"
+POLICY_CONFIG_MAP: Final = "berth-policy"
+POLICY_KEY: Final = "policy.yaml"
+LEASE: Final = "berth-controller"
