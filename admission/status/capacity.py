@@ -101,9 +101,11 @@ def analyse(snapshot: Snapshot, gang: Gang) -> Fit:
         allowed = [node for node in snapshot.nodes if node_allows(pod, node)]
         if not allowed:
             why = Counter(why_not(pod, node) or "no room" for node in snapshot.nodes)
-            ruled = ", ".join(f"{w} ({k})" for w, k in why.most_common(3))
-            lines.append(f"needs {_what(pod, n)}: no node may run it at all"
-                         + (f" — {ruled}" if ruled else " — the cluster has no nodes"))
+            ruled = "; ".join(f"{w}: {k} node{'s' if k != 1 else ''}"
+                              for w, k in why.most_common(3))
+            lines.append(f"needs {_what(pod, n)}: no node may run it at all ("
+                         + (ruled or "the cluster has no nodes") + "); it can start only "
+                         "once such a node exists or the pod asks for something a node has")
             continue
         rooms = {node.name: _room(pod, node, gpu_free) for node in allowed}
         short_cpu = [name for name, r in rooms.items() if _fits_count(r, pod) and (

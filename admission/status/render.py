@@ -22,7 +22,7 @@ def _console(file: IO[str] | None = None) -> Any:
 
     console = Console(file=file, highlight=False)
     if not console.is_terminal:  # a pipe or a file: lines as long as they are, like kubectl
-        console = Console(file=file, highlight=False, width=200)
+        console = Console(file=file, highlight=False, width=400)
     return console
 
 

@@ -152,7 +152,8 @@ def _queue_lines(pic: Picture, info: GangInfo, ahead: int) -> list[str]:
     first = sorted((k for k in pending if overall[k] < overall.get(info.key, 0)),
                    key=lambda k: overall[k])[:AHEAD_SHOWN]
     aging = snap.policy.weights.aging_per_hour
-    return [f"{_plural(ahead, 'gang')} of {info.tenant} come first in the solver's order "
+    verb = "comes" if ahead == 1 else "come"
+    return [f"{_plural(ahead, 'gang')} of {info.tenant} {verb} first in the solver's order "
             f"(priority, plus {aging:g} per hour waited): {', '.join(first)}"
             + (" ..." if ahead > len(first) else "")]
 
@@ -327,8 +328,10 @@ def _gated(pic: Picture, pod: Obj, out: Explanation) -> None:
             out.why.append("it fits in the free capacity now, on its own (best-fit, quotas "
                            "aside)")
         else:
-            out.why.append(f"it does not fit in the free capacity now, even alone: "
-                           f"{fit.solver_says or 'no placement found'}")
+            says = fit.solver_says or "no placement found"
+            out.why.append("it does not fit in the free capacity now, even alone (best-fit, "
+                           "quotas aside)" + ("" if says in str((said or {}).get("message"))
+                                              else f": {says}"))
     queue = _queue_lines(pic, info, out.ahead or 0)
     out.needs.extend(needs_q)
     if fit is not None and not fit.fits:

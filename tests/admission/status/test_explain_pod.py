@@ -45,7 +45,7 @@ def test_a_gang_waiting_at_quota_with_borrowing_disabled() -> None:
     assert ex.needs[1].startswith("team-a's GPUs free up when its own pods end; Berth cannot "
                                   "know when")
     assert "team-a/run-0 (8 GPU on n0" in ex.needs[1]
-    assert any(n.startswith("1 gang of team-a come first in the solver's order") and
+    assert any(n.startswith("1 gang of team-a comes first in the solver's order") and
                n.endswith("team-a/w1") for n in ex.needs)
     assert [e["reason"] for e in ex.events] == ["Quota"]  # the controller's Event
 
@@ -76,7 +76,8 @@ def test_a_model_no_node_has() -> None:
     s.cycle()
     ex = explain_in(s, "team-c/a100-0")
     assert any(n.startswith("needs 1 pod x 1 free GPU (NVIDIA-A100-SXM4-80GB) on one node: no "
-                            "node may run it at all — no GPU of model NVIDIA-A100-SXM4-80GB (2)")
+                            "node may run it at all (no GPU of model NVIDIA-A100-SXM4-80GB: 2 nodes); it "
+                            "can start only once such a node exists")
                for n in ex.needs), ex.needs
 
 
