@@ -157,9 +157,12 @@ def controller_line(pic: Picture) -> str:
         return "no leader: nothing is released until a replica leads"
     age = max(0.0, (pic.now - renewed).total_seconds())
     duration = float(spec.get("leaseDurationSeconds") or 15)
+    # Judged by this machine's clock, which may disagree with the replicas' (the replicas
+    # themselves judge by watching renewTime change): said as such, not as a fact.
     if age > duration:
-        return (f"no leader: {holder}'s Lease expired {duration_words(age)} ago; nothing is "
-                "released until a replica leads")
+        return (f"no leader? {holder}'s Lease was last renewed {duration_words(age)} ago by "
+                f"this machine's clock (lease {duration:g}s); without a leader nothing is "
+                "released")
     return f"leader {holder} (Lease renewed {duration_words(age)} ago)"
 
 
