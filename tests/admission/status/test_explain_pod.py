@@ -75,9 +75,10 @@ def test_a_model_no_node_has() -> None:
           annotations_extra={c.ANNOTATION_ALLOWED_MODELS: "NVIDIA-A100-SXM4-80GB"})
     s.cycle()
     ex = explain_in(s, "team-c/a100-0")
-    assert any(n.startswith("needs 1 pod x 1 free GPU (NVIDIA-A100-SXM4-80GB) on one node: no "
-                            "node may run it at all (no GPU of model NVIDIA-A100-SXM4-80GB: 2 nodes); it "
-                            "can start only once such a node exists")
+    assert any(n.startswith("needs 1 pod x 1 free GPU (NVIDIA-A100-SXM4-80GB) on one node: "
+                            "no node may run it at all (no GPU of model "
+                            "NVIDIA-A100-SXM4-80GB: 2 nodes); it can start only once such a "
+                            "node exists")
                for n in ex.needs), ex.needs
 
 
