@@ -49,11 +49,6 @@ class Request:
             return "(cluster-scoped)"
         return f"in namespace {self.namespace}" if self.namespace else "in all namespaces"
 
-    def words(self) -> str:
-        """``list pods in namespace team-a``; ``get configmap berth-policy in namespace x``."""
-        what = self.resource if self.name is None else f"{self.resource} {self.name}"
-        return f"{self.verb} {what} {self.where}"
-
 
 class Denied(SourceError):
     """401 (credentials not accepted) or 403 (RBAC forbids ``request``)."""
@@ -101,7 +96,6 @@ class Source(Protocol):
 class Connection:
     source: Source
     namespace: str  # the context's namespace (kubectl's default for -n)
-    server: str
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Connection:
@@ -134,7 +128,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Connec
                                  "running in a pod; pass --kubeconfig FILE") from None
         with contextlib.suppress(OSError):
             namespace = IN_CLUSTER_NAMESPACE.read_text().strip() or "default"
-    return Connection(KubeSource(client.ApiClient(cfg)), namespace, str(cfg.host))
+    return Connection(KubeSource(client.ApiClient(cfg)), namespace)
 
 
 def _named(kubeconfig: str | None, context: str | None) -> str:

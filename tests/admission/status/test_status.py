@@ -227,7 +227,7 @@ def _connect(monkeypatch: pytest.MonkeyPatch, src: FakeSource, s: Scene
 
     def connect(kubeconfig: str | None = None, context: str | None = None) -> Connection:
         calls.append((kubeconfig, context))
-        return Connection(src, "team-a", "https://fake")
+        return Connection(src, "team-a")
 
     monkeypatch.setattr(status_pkg, "connect", connect)
     # the pods' ages are judged against the fake clock's now, not the machine's
