@@ -10,11 +10,28 @@ Units: CPU in milli-cores, memory in MiB, GPU shares in milli-GPU (1000 = one wh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 MILLI = 1000
+
+# Bounds on what the solver takes. The CP-SAT model works in 64-bit integers; these keep every
+# coefficient and domain it derives from a snapshot well inside them (and the demand term is
+# scaled down as a whole when a window's values would sum past
+# :data:`solver.cpsat.instance.DEMAND_TERM_LIMIT`), so no snapshot makes the model invalid. A
+# value beyond a bound is refused where its type is built; the controller holds what users may
+# set (priority) to them before it builds a gang.
+MAX_PRIORITY = 1_000_000_000  # |priority|: Kubernetes' highest user PriorityClass value
+MAX_WEIGHT = 1_000.0  # each objective weight (the policy's are around 1)
+MAX_TENANT_WEIGHT = 1_000_000.0  # a tenant's fair-share weight
+MAX_QUOTA_MILLI = 10**12  # quotas and borrowing limits: a billion GPUs
+MAX_WAIT_SECONDS = 100 * 365 * 86_400.0  # a century
+MAX_WATTS = 100_000.0  # per GPU model
+MAX_GPUS_PER_POD = 65_536
+MAX_CPU_MILLI = 2**40  # per node or pod: a billion cores
+MAX_MEMORY_MIB = 2**40  # per node, pod or GPU: an exbibyte
 
 
 class ProblemError(ValueError):
@@ -33,6 +50,22 @@ def _require(ok: bool, path: str, message: str) -> None:
 
 def _non_negative(value: float, path: str) -> None:
     _require(value >= 0, path, f"must be >= 0, got {value}")
+
+
+def _num(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _within(value: float, lo: float, hi: float, path: str) -> None:
+    """``lo <= value <= hi``, and finite (NaN and infinities are refused)."""
+    _require(isinstance(value, int) or math.isfinite(value), path,
+             f"must be a finite number, got {value}")
+    _require(value >= lo, path, f"must be >= {_num(lo)}, got {value}")
+    _require(value <= hi, path, f"must be <= {_num(hi)}, got {value}")
+
+
+def _amount(value: float, hi: float, path: str) -> None:
+    _within(value, 0, hi, path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,7 +99,7 @@ class MigSlice:
 
     def __post_init__(self) -> None:
         _require(0 < self.milli <= MILLI, "mig.milli", f"must be in (0, 1000], got {self.milli}")
-        _non_negative(self.memory_mib, "mig.memory_mib")
+        _amount(self.memory_mib, MAX_MEMORY_MIB, "mig.memory_mib")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +115,7 @@ class GPU:
     def __post_init__(self) -> None:
         _non_negative(self.index, "gpu.index")
         _require(bool(self.model), "gpu.model", "must name the GPU model")
-        _non_negative(self.memory_mib, "gpu.memory_mib")
+        _amount(self.memory_mib, MAX_MEMORY_MIB, "gpu.memory_mib")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +138,8 @@ class Node:
 
     def __post_init__(self) -> None:
         _require(bool(self.name), "node.name", "must not be empty")
-        _non_negative(self.cpu_milli, f"nodes[{self.name}].cpu_milli")
-        _non_negative(self.memory_mib, f"nodes[{self.name}].memory_mib")
+        _amount(self.cpu_milli, MAX_CPU_MILLI, f"nodes[{self.name}].cpu_milli")
+        _amount(self.memory_mib, MAX_MEMORY_MIB, f"nodes[{self.name}].memory_mib")
         seen: set[int] = set()
         for g in self.gpus:
             _require(
@@ -152,8 +185,8 @@ class Running:
     qos_class: str | None = None
 
     def __post_init__(self) -> None:
-        _non_negative(self.cpu_milli, f"running[{self.name}].cpu_milli")
-        _non_negative(self.memory_mib, f"running[{self.name}].memory_mib")
+        _amount(self.cpu_milli, MAX_CPU_MILLI, f"running[{self.name}].cpu_milli")
+        _amount(self.memory_mib, MAX_MEMORY_MIB, f"running[{self.name}].memory_mib")
 
 
 class TopologyMode(StrEnum):
@@ -223,10 +256,10 @@ class PodRequest:
     def __post_init__(self) -> None:
         p = f"pods[{self.name}]"
         _require(bool(self.name), "pod.name", "must not be empty")
-        _non_negative(self.cpu_milli, f"{p}.cpu_milli")
-        _non_negative(self.memory_mib, f"{p}.memory_mib")
-        _non_negative(self.gpu_count, f"{p}.gpu_count")
-        _non_negative(self.gpu_memory_mib, f"{p}.gpu_memory_mib")
+        _amount(self.cpu_milli, MAX_CPU_MILLI, f"{p}.cpu_milli")
+        _amount(self.memory_mib, MAX_MEMORY_MIB, f"{p}.memory_mib")
+        _amount(self.gpu_count, MAX_GPUS_PER_POD, f"{p}.gpu_count")
+        _amount(self.gpu_memory_mib, MAX_MEMORY_MIB, f"{p}.gpu_memory_mib")
         if self.gpu_count == 0:
             _require(self.gpu_milli == 0, f"{p}.gpu_milli", "must be 0 when gpu_count is 0")
         else:
@@ -267,7 +300,8 @@ class Gang:
         _require(bool(self.name), "gang.name", "must not be empty")
         _require(bool(self.tenant), f"{p}.tenant", "must name a tenant")
         _require(len(self.pods) > 0, f"{p}.pods", "a gang needs at least one pod")
-        _non_negative(self.wait_seconds, f"{p}.wait_seconds")
+        _within(self.priority, -MAX_PRIORITY, MAX_PRIORITY, f"{p}.priority")
+        _amount(self.wait_seconds, MAX_WAIT_SECONDS, f"{p}.wait_seconds")
         names = [pod.name for pod in self.pods]
         _require(len(set(names)) == len(names), f"{p}.pods", "pod names must be unique")
 
@@ -298,10 +332,11 @@ class Tenant:
     def __post_init__(self) -> None:
         p = f"tenants[{self.name}]"
         if self.quota_milli is not None:
-            _non_negative(self.quota_milli, f"{p}.quota_milli")
+            _amount(self.quota_milli, MAX_QUOTA_MILLI, f"{p}.quota_milli")
         _require(self.weight > 0, f"{p}.weight", f"must be > 0, got {self.weight}")
+        _within(self.weight, 0, MAX_TENANT_WEIGHT, f"{p}.weight")
         if self.borrow_limit_milli is not None:
-            _non_negative(self.borrow_limit_milli, f"{p}.borrow_limit_milli")
+            _amount(self.borrow_limit_milli, MAX_QUOTA_MILLI, f"{p}.borrow_limit_milli")
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +393,7 @@ class Weights:
     def __post_init__(self) -> None:
         for name in ("demand", "aging_per_hour", "fragmentation", "topology", "fairness",
                      "energy", "interference"):
-            _non_negative(getattr(self, name), f"solver.weights.{name}")
+            _amount(getattr(self, name), MAX_WEIGHT, f"solver.weights.{name}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,8 +412,8 @@ class TypicalPod:
     weight: float = 1.0
 
     def __post_init__(self) -> None:
-        _non_negative(self.cpu_milli, "typical_pods.cpu_milli")
-        _non_negative(self.gpu_count, "typical_pods.gpu_count")
+        _amount(self.cpu_milli, MAX_CPU_MILLI, "typical_pods.cpu_milli")
+        _amount(self.gpu_count, MAX_GPUS_PER_POD, "typical_pods.gpu_count")
         _require(
             0 <= self.gpu_milli <= MILLI,
             "typical_pods.gpu_milli",
@@ -390,6 +425,7 @@ class TypicalPod:
             "must be > 0 exactly when gpu_count is > 0",
         )
         _require(self.weight > 0, "typical_pods.weight", f"must be > 0, got {self.weight}")
+        _within(self.weight, 0, MAX_TENANT_WEIGHT, "typical_pods.weight")
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,6 +439,11 @@ class SolverPolicy:
     active_watts: Mapping[str, float] = field(default_factory=dict)  # per GPU model
     # the target workload of the fragmentation measure; empty: derived from the snapshot's pods
     typical_pods: tuple[TypicalPod, ...] = ()
+
+    def __post_init__(self) -> None:
+        for kind, watts in (("idle_watts", self.idle_watts), ("active_watts", self.active_watts)):
+            for model, w in watts.items():
+                _amount(w, MAX_WATTS, f"policy.{kind}[{model}]")
 
     def qos(self, name: str | None) -> QoSProfile | None:
         if name is None:

@@ -27,6 +27,11 @@ IntArray = npt.NDArray[np.int64]
 CPU_ONLY_POD_VALUE_MILLI = 10
 # Objective units per milli-GPU of priority-1 demand (float weights keep two decimals).
 OBJECTIVE_SCALE = 100
+# Most objective units the demand term may reach (every gang admitted): the gangs' values are
+# scaled down alike when a window's would sum past it (extreme priorities, weights, waits), so
+# the model's objective stays far inside CP-SAT's 64-bit integers and the model valid; the
+# order of the gangs' values is kept, only precision among the smallest is lost.
+DEMAND_TERM_LIMIT = 2**52
 # Nodes offered to each pod outside topology-constrained gangs (8 admits as much as 12 on the
 # openb windows of bench/solve_scale.py at four-fifths of the model-building time).
 PER_POD_NODES = 8
@@ -95,16 +100,24 @@ class Instance:
     _slots: dict[str, dict[int, int]] = field(default_factory=dict)
     _domains: dict[str, IntArray] = field(default_factory=dict)
     _by_tenant: TenantUsage | None = None
+    _values: list[int] | None = None
 
     @property
     def weights(self) -> Weights:
         return self.snapshot.policy.weights
 
     def gang_value(self, g: int) -> int:
-        """Objective value of admitting gang ``g`` (milli-GPU x priority weight x demand weight)."""
-        gang = self.gangs[g]
-        value = self.weights.demand * gang_demand_milli(gang) * priority_weight(gang, self.weights)
-        return round(OBJECTIVE_SCALE * value)
+        """Objective value of admitting gang ``g`` (milli-GPU x priority weight x demand
+        weight), scaled with every other gang's when they would sum past
+        :data:`DEMAND_TERM_LIMIT`."""
+        if self._values is None:
+            w = self.weights
+            raw = [OBJECTIVE_SCALE * w.demand * gang_demand_milli(gang) * priority_weight(gang, w)
+                   for gang in self.gangs]
+            total = sum(raw)
+            scale = DEMAND_TERM_LIMIT / total if total > DEMAND_TERM_LIMIT else 1.0
+            self._values = [round(x * scale) for x in raw]
+        return self._values[g]
 
     def running_by_tenant(self) -> TenantUsage:
         """Per-tenant usage of the running pods, summed once per solve (quota and fairness
