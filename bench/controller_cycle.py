@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 from admission import jsonpatch  # noqa: E402
 from admission.controller import Controller, Settings, WorkerSolver  # noqa: E402
 from admission.jsonpatch import PatchOp  # noqa: E402
+from admission.policy import Sharing  # noqa: E402
 from solver.types import Tenant  # noqa: E402
 
 RECORDED = REPO / "tests" / "admission" / "controller" / "recorded"
@@ -135,6 +136,16 @@ def make_cluster(api: MemoryApi, nodes: int, gpus: int, pods: int, seed: int) ->
             res = p["spec"]["containers"][0]["resources"]
             res["requests"].update(cpu="4", memory="32Gi")
             res["limits"].update(cpu="4", memory="32Gi")
+            # The resources say what the annotations say, as the webhook translates them
+            # (time-slicing: 4 slots per GPU); the controller releases nothing else.
+            for section in ("requests", "limits"):
+                if per < 1000:
+                    res[section].pop("nvidia.com/gpu", None)
+                    res[section]["nvidia.com/gpu.shared"] = str(per * 4 // 1000)
+                else:
+                    res[section]["nvidia.com/gpu"] = str(count)
+            if per < 1000:
+                a["berth.dev/sharing"] = "time-slicing"
             api.pods[f"{tenant}/{name}"] = p
         made += size
         g += 1
@@ -158,9 +169,10 @@ def main() -> int:
     args = ap.parse_args()
     load0 = os.getloadavg()
 
+    teams = ("team-a", "team-b", "team-c", "team-d")
     settings = Settings(
-        tenants=tuple(Tenant(t, quota_milli=args.nodes * args.gpus * 300) for t in
-                      ("team-a", "team-b", "team-c", "team-d")),
+        tenants=tuple(Tenant(t, quota_milli=args.nodes * args.gpus * 300) for t in teams),
+        namespaces={t: t for t in teams}, sharing=Sharing(backend="time-slicing"),
         topology_labels={"rack": "topology.kubernetes.io/rack",
                          "block": "topology.kubernetes.io/block"},
         solver=args.solver, time_limit_seconds=args.time_limit, explain_budget=500)
@@ -199,7 +211,11 @@ def main() -> int:
         m["labels"] = {**m.get("labels", {}), "berth.dev/qos-class": "inference",
                        "berth.dev/tenant": "team-a", "berth.dev/gang": "serve-0"}
         m["annotations"] = {"berth.dev/gang-name": "serve-0", "berth.dev/gang-size": "1",
-                            "berth.dev/gpu-count": "1", "berth.dev/gpu-milli": "250"}
+                            "berth.dev/gpu-count": "1", "berth.dev/gpu-milli": "250",
+                            "berth.dev/sharing": "time-slicing"}
+        for section in serve["spec"]["containers"][0]["resources"].values():
+            section.pop("nvidia.com/gpu", None)
+            section["nvidia.com/gpu.shared"] = "1"  # a quarter: one of a GPU's 4 slots
         serve["spec"]["schedulingGates"] = [{"name": "berth.dev/admission"}]
         serve["spec"].pop("affinity", None)
         api.pods["team-a/serve-0"] = serve

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 from admission.backends import backend_named
 from admission.controller import translate as tr
+from admission.controller import trust
 from admission.controller.api import ClusterApi, Json
 from admission.controller.cycle import Cycle, CycleReport, Solve
 from admission.controller.explain import Explainer
@@ -104,7 +105,8 @@ class Controller:
             self._worker.time_limit = settings.time_limit_seconds
 
     def is_fast_path(self, pod: Json) -> bool:
-        return tr.has_berth_gate(pod) and tr.qos_class(pod) in self.settings.fast_path_classes
+        return tr.has_berth_gate(pod) and (
+            trust.qos_of(pod, self.settings) in self.settings.fast_path_classes)
 
     def relist(self) -> None:
         """Rebuild the inventory from the API server alone (start-up, tests)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from admission.controller import translate as tr
+from admission.controller import trust
 from admission.controller.explain import Explainer, Why, reasons
 from admission.controller.inventory import Inventory
 from admission.controller.metrics import Metrics
@@ -161,7 +162,7 @@ class Cycle:
     def _fast_gang(self, info: GangInfo) -> bool:
         classes = self.settings.fast_path_classes
         return info.state in (GangState.PENDING, GangState.FINISHING) and bool(info.gated) and all(
-            tr.qos_class(p) in classes for p in info.gated)
+            trust.qos_of(p, self.settings, info.tenant) in classes for p in info.gated)
 
     def _timeouts(self, built: Built, now: datetime) -> list[str]:
         out = []
@@ -190,7 +191,7 @@ class Cycle:
             created = tr.created_at(pod)
             if created is not None:
                 self.metrics.release_latency.labels(
-                    info.tenant, tr.qos_class(pod) or "", path
+                    info.tenant, trust.qos_of(pod, self.settings, info.tenant) or "", path
                 ).observe(max(0.0, (now - created).total_seconds()))
 
     def _explain(self, built: Built, report: CycleReport) -> None:
@@ -201,8 +202,11 @@ class Cycle:
                                   waiting=False)))
         # Released earlier, and still not bound by its scheduler: a refusal Berth reports.
         if report.path != "fast":
-            todo.extend(not_bound(self.inventory.view().pods.values(), self.clock(),
-                                  self.settings.bind_grace_seconds))
+            # Only pods Berth really released (a managed namespace, its plan believed): a pod
+            # that wrote Berth's annotations on itself is not Berth's to talk to.
+            ours = [p for p in self.inventory.view().pods.values()
+                    if trust.planned_shares(p, self.settings) is not None]
+            todo.extend(not_bound(ours, self.clock(), self.settings.bind_grace_seconds))
         # Waiting pods, the head of each queue first, so the budget goes where users look.
         for key, why in sorted(report.why.items(), key=lambda kv: kv[1].message):
             for pod in built.gangs[key].gated:

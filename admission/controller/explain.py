@@ -70,7 +70,7 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
     out: dict[str, Why] = {}
     for g in built.gangs.values():
         if g.state == GangState.BROKEN:
-            out[g.key] = Why("InvalidPod", f"waiting: {g.error}", warning=True)
+            out[g.key] = Why(g.reason, f"waiting: {g.error}", warning=True)
         elif g.state == GangState.INCOMPLETE:
             have = len(g.pods)
             age = (now - g.first_created).total_seconds() if g.first_created else 0.0

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from admission.backends import BackendName
-from admission.policy import Policy, to_solver
+from admission.policy import Policy, Sharing, to_solver
 from solver.names import SolverName
 from solver.types import SolverPolicy, Tenant
 
@@ -26,8 +26,27 @@ def release_writers() -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class TenantBounds:
+    """What the policy lets a tenant's pods say about themselves (contract 7): the values a
+    user may set (gang size, priority, QoS class) are held to these, whatever a pod says."""
+
+    max_gang_size: int | None = None  # limits.maxGangSize
+    max_priority: int | None = None  # limits.maxPriority
+    allowed_qos_classes: frozenset[str] = frozenset()  # empty: any class of the policy
+    default_qos_class: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     tenants: tuple[Tenant, ...] = ()
+    # namespace -> tenant: the only source of a pod's tenant. A namespace not here is not
+    # managed: its pods are never Berth's gangs and hold only what the API server says.
+    namespaces: Mapping[str, str] = field(default_factory=dict)
+    bounds: Mapping[str, TenantBounds] = field(default_factory=dict)  # tenant -> bounds
+    qos_classes: frozenset[str] = frozenset()  # the policy's QoS classes
+    # How fractions became resources (the webhook's translation, which the controller reads
+    # back to check a pod's demand annotations against its resources).
+    sharing: Sharing = field(default_factory=Sharing)
     solver_policy: SolverPolicy = field(default_factory=SolverPolicy)
     # topology level -> node label naming the node's domain (levels other than nvlink, node)
     topology_labels: Mapping[str, str] = field(default_factory=dict)
@@ -58,6 +77,13 @@ class Settings:
                 return t
         return None
 
+    def tenant_of_namespace(self, namespace: str) -> str | None:
+        """The tenant that owns ``namespace`` by the policy; None when it is not managed."""
+        return self.namespaces.get(namespace)
+
+    def bounds_of(self, tenant: str) -> TenantBounds:
+        return self.bounds.get(tenant) or TenantBounds()
+
 
 def from_policy(policy: Policy) -> Settings:
     solver_policy, tenants = to_solver(policy)
@@ -68,8 +94,20 @@ def from_policy(policy: Policy) -> Settings:
         q = policy.queue_for(t)
         if q:
             queues[t.name] = q
+    namespaces = {ns: t.name for t in reversed(policy.tenants) for ns in t.namespaces}
+    bounds = {t.name: TenantBounds(
+        max_gang_size=t.limits.max_gang_size,
+        # limits.maxPriority arrives with the webhook's priority bound; until then the
+        # solver's own bound (solver.types.MAX_PRIORITY) is the only one.
+        max_priority=getattr(t.limits, "max_priority", None),
+        allowed_qos_classes=frozenset(t.allowed_qos_classes),
+        default_qos_class=t.default_qos_class) for t in policy.tenants}
     return Settings(
         tenants=tenants,
+        namespaces=namespaces,
+        bounds=bounds,
+        qos_classes=frozenset(q.name for q in policy.qos_classes),
+        sharing=policy.sharing,
         solver_policy=solver_policy,
         topology_labels=topo,
         window_seconds=policy.batch.window_seconds,

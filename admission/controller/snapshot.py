@@ -8,10 +8,16 @@ Pods are sorted into gangs and each gang into one state:
   gang timeout), never reaching the solver.
 - ``finishing``: every pod carries the same plan id, so a release was under way (this
   controller's or a crashed one's): it is finished without solving again.
-- ``broken``: a pod carries a value Berth cannot read; its pods are told why.
+- ``broken``: a pod carries a value Berth cannot read or does not believe (demand annotations
+  its resources do not bear out; a gang whose pods disagree on its size, that has more pods
+  than it declares, or that is larger than the tenant's ``maxGangSize``); its pods are told
+  why and it is never released.
 
-What holds capacity (:class:`solver.types.Running`): pods bound to a node, pods Berth released
-that are not bound yet (their recorded node and GPUs), and the pods of finishing gangs.
+Only pods in namespaces the policy manages are Berth's, with their namespace's tenant
+(:mod:`.trust`). What holds capacity (:class:`solver.types.Running`): pods bound to a node
+(their GPUs by their resources, on the indexes Berth recorded when it may be believed), and
+pods Berth released that are not bound yet and the pods of finishing gangs, on the node and
+GPUs of Berth's plan when it may be believed.
 """
 
 from __future__ import annotations
@@ -23,11 +29,21 @@ from datetime import datetime
 from enum import StrEnum
 
 from admission import constants as c
+from admission.controller import demand, trust
 from admission.controller import translate as tr
 from admission.controller.inventory import View
 from admission.controller.settings import Settings
 from admission.controller.translate import Obj, TranslationError
-from solver.types import Gang, Node, PodRequest, ProblemError, Running, Snapshot
+from solver.types import (
+    MAX_WAIT_SECONDS,
+    Gang,
+    GpuShare,
+    Node,
+    PodRequest,
+    ProblemError,
+    Running,
+    Snapshot,
+)
 
 
 class GangState(StrEnum):
@@ -50,6 +66,8 @@ class GangInfo:
     state: GangState = GangState.PENDING
     plan: str | None = None  # the plan id all pods carry (finishing)
     error: str | None = None
+    reason: str = "InvalidPod"  # the Waiting condition's reason when broken
+    declared: list[int | None] = field(default_factory=list)  # gang size each pod declares
     gang: Gang | None = None  # the solver's view (pending)
 
     @property
@@ -60,8 +78,9 @@ class GangInfo:
     def missing(self) -> int:
         return max(0, self.size - len(self.pods))
 
-    def qos_classes(self) -> set[str]:
-        return {q for p in self.gated if (q := tr.qos_class(p))}
+    def refuse(self, reason: str, error: str) -> None:
+        """Never release this gang; its pods say ``error`` (condition reason ``reason``)."""
+        self.state, self.reason, self.error = GangState.BROKEN, reason, error
 
 
 class Memo:
@@ -70,9 +89,9 @@ class Memo:
     cycle are dropped at its end, so the memo never outgrows the inventory."""
 
     def __init__(self) -> None:
-        self._pods: dict[tuple[str, str, str], PodRequest] = {}
+        self._pods: dict[tuple[tuple[str, str, str], str | None], PodRequest] = {}
         self._nodes: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], Node] = {}
-        self._used_pods: set[tuple[str, str, str]] = set()
+        self._used_pods: set[tuple[tuple[str, str, str], str | None]] = set()
         self._used_nodes: set[tuple[str, str, str, tuple[tuple[str, str], ...]]] = set()
 
     @staticmethod
@@ -81,14 +100,15 @@ class Memo:
         uid, rv = m.get("uid"), m.get("resourceVersion")
         return (tr.pod_key(obj), str(uid), str(rv)) if uid and rv else None
 
-    def pod_request(self, pod: Obj) -> PodRequest:
-        key = self._key(pod)
-        if key is None:
-            return tr.pod_request(pod)
+    def pod_request(self, pod: Obj, qos: str | None) -> PodRequest:
+        base = self._key(pod)
+        if base is None:
+            return tr.pod_request(pod, qos)
+        key = (base, qos)  # the class is the policy's word, which may change under the pod
         self._used_pods.add(key)
         hit = self._pods.get(key)
         if hit is None:
-            hit = self._pods[key] = tr.pod_request(pod)
+            hit = self._pods[key] = tr.pod_request(pod, qos)
         return hit
 
     def node(self, obj: Obj, topology_labels: Mapping[str, str]) -> Node:
@@ -132,18 +152,23 @@ def build_nodes(view: View, settings: Settings,
     return nodes, errors
 
 
-def group_gangs(view: View) -> dict[str, GangInfo]:
+def group_gangs(view: View, settings: Settings) -> dict[str, GangInfo]:
+    """Berth's pods (gated, or carrying Berth's placement) of managed namespaces, by gang;
+    only gangs with a pod still gated are returned, their size judged (:func:`judge_size`)."""
     gangs: dict[str, GangInfo] = {}
     for pod in view.pods.values():
         gated = tr.has_berth_gate(pod)
         if not gated and not tr.annotations_of(pod).get(c.ANNOTATION_ASSIGNED_NODE):
             continue  # not Berth's
+        tenant = trust.tenant_of(pod, settings)
+        if tenant is None:
+            continue  # not a namespace the policy manages: never Berth's, whatever it says
         key = tr.gang_name(pod)
         info = gangs.get(key)
         if info is None:
-            info = gangs[key] = GangInfo(key=key, tenant=tr.tenant(pod), size=1)
+            info = gangs[key] = GangInfo(key=key, tenant=tenant, size=1)
         try:
-            info.size = max(info.size, tr.gang_size(pod))
+            info.declared.append(tr.gang_size(pod))
         except TranslationError as exc:
             info.state, info.error = GangState.BROKEN, str(exc)
         (info.gated if gated else info.released).append(pod)
@@ -151,14 +176,52 @@ def group_gangs(view: View) -> dict[str, GangInfo]:
         if created and (info.first_created is None or created < info.first_created):
             info.first_created = created
     # Released-only gangs are history; only gangs with a gated pod are decided here.
-    return {k: g for k, g in gangs.items() if g.gated}
+    live = {k: g for k, g in gangs.items() if g.gated}
+    for info in live.values():
+        judge_size(info, settings)
+    return live
 
 
-def classify(info: GangInfo) -> None:
+def judge_size(info: GangInfo, settings: Settings) -> None:
+    """The gang's size from what its pods declare. Refused: pods that disagree (or some that
+    declare none), more pods than declared, and a size over the tenant's ``maxGangSize``. A
+    gang none of whose pods declares a size is as large as the pods that exist."""
     if info.state == GangState.BROKEN:
         return
+    have = len(info.pods)
+    stated = set(info.declared)
+    if len(stated) > 1:
+        said = ", ".join(sorted("none" if d is None else str(d) for d in stated))
+        info.refuse("GangSizeMismatch", f"the pods of gang {info.key} disagree on its size "
+                    f"({c.ANNOTATION_GANG_SIZE}: {said}); every pod must declare the same")
+        return
+    declared = next(iter(stated))
+    info.size = have if declared is None else declared
+    if have > info.size:
+        info.refuse("GangSizeMismatch", f"gang {info.key} has {have} pods but its pods declare "
+                    f"{c.ANNOTATION_GANG_SIZE}: {info.size}; it is never released as it is")
+        return
+    limit = settings.bounds_of(info.tenant).max_gang_size
+    if limit is not None and info.size > limit:
+        info.refuse("GangTooLarge", f"gang {info.key} of {info.size} pods exceeds tenant "
+                    f"{info.tenant}'s maxGangSize of {limit}; split the job")
+
+
+def classify(info: GangInfo, settings: Settings) -> None:
+    if info.state == GangState.BROKEN:
+        return
+    for p in info.pods:
+        try:
+            why = demand.problem(p, settings.sharing)
+        except TranslationError as exc:
+            info.state, info.error = GangState.BROKEN, str(exc)
+            return
+        if why is not None:
+            info.refuse("DemandMismatch", f"pod {tr.pod_key(p)}: {why}; it is not released")
+            return
     plans = {tr.plan_id(p) for p in info.gated}
-    if len(plans) == 1 and None not in plans and all(tr.assigned_shares(p) for p in info.gated):
+    if len(plans) == 1 and None not in plans and all(
+            trust.planned_shares(p, settings) for p in info.gated):
         (plan,) = plans
         same = [p for p in info.pods if tr.plan_id(p) == plan]
         if len(same) >= info.size:
@@ -169,7 +232,8 @@ def classify(info: GangInfo) -> None:
 
 def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo) -> Gang:
     pods = sorted(info.gated, key=tr.pod_key)
-    requests: list[PodRequest] = [memo.pod_request(p) for p in pods]
+    requests: list[PodRequest] = [
+        memo.pod_request(p, trust.qos_of(p, settings, info.tenant)) for p in pods]
     topo = None
     for p in pods:
         topo = topo or tr.topology_requirement(p)
@@ -178,33 +242,43 @@ def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo) -> Ga
     if settings.tenants and tenant is None:
         raise TranslationError(f"tenant {info.tenant!r} is not in the policy")
     return Gang(name=info.key, tenant=info.tenant, pods=tuple(requests),
-                priority=max(tr.priority(p) for p in pods), wait_seconds=max(0.0, wait),
-                topology=topo)
+                priority=max(trust.priority_of(p, settings, info.tenant) for p in pods),
+                wait_seconds=min(MAX_WAIT_SECONDS, max(0.0, wait)), topology=topo)
 
 
-def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo]) -> list[Running]:
-    """Everything that holds capacity now or is about to."""
+def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
+            settings: Settings) -> list[Running]:
+    """Everything that holds capacity now or is about to (the module docstring says what and
+    how it is counted)."""
     out: list[Running] = []
     taken: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     finishing_keys = {tr.pod_key(p) for g in finishing for p in g.gated}
-    berth_first = sorted(view.pods.values(),
-                         key=lambda p: (tr.assigned_shares(p) is None, tr.pod_key(p)))
-    for pod in berth_first:
-        key = tr.pod_key(pod)
-        gated = tr.has_berth_gate(pod)
-        if gated and key not in finishing_keys:
+    pods: list[tuple[bool, str, Obj, tuple[str, tuple[GpuShare, ...]] | None]] = []
+    for pod in view.pods.values():
+        if tr.is_finished(pod):
             continue
+        key = tr.pod_key(pod)
+        if tr.has_berth_gate(pod) and key not in finishing_keys:
+            continue
+        planned = trust.planned_shares(pod, settings)
+        pods.append((planned is None, key, pod, planned))
+    for _anonymous, _key, pod, planned in sorted(pods, key=lambda x: (x[0], x[1])):
         node_name = tr.spec(pod).get("nodeName")
-        if not node_name:
-            assigned = tr.assigned_shares(pod)
-            if assigned is None:
-                continue
-            node_name = assigned[0]
+        shares = None
+        if node_name:  # bound: it holds what its resources say, where Berth put it if it did
+            if planned is not None and planned[0] == node_name:
+                shares = planned[1]
+        elif planned is not None:  # released or finishing, not bound yet: Berth's plan
+            node_name, shares = planned
+        else:
+            continue  # neither bound nor planned by Berth: it holds nothing
         node = nodes.get(node_name)
         if node is None:
             continue
+        tenant = trust.tenant_of(pod, settings)
         try:
-            r = tr.running_from_pod(pod, node, taken[node.name])
+            r = tr.running_from_pod(pod, node, taken[node.name], planned=shares, tenant=tenant,
+                                    qos=trust.qos_of(pod, settings, tenant))
         except (TranslationError, ValueError):
             continue
         for s in r.gpus:
@@ -219,17 +293,17 @@ def build(view: View, settings: Settings, now: datetime, memo: Memo | None = Non
     gangs it accepts (the fast path's classes) but every pod that holds capacity."""
     memo = memo or Memo()
     nodes, node_errors = build_nodes(view, settings, memo)
-    gangs = group_gangs(view)
+    gangs = group_gangs(view, settings)
     for info in gangs.values():
-        classify(info)
+        classify(info, settings)
     if only is not None:
         finishing_all = [g for g in gangs.values() if g.state == GangState.FINISHING]
         gangs = {k: g for k, g in gangs.items() if only(g)}
-        running = holding(view, nodes, finishing_all)
+        running = holding(view, nodes, finishing_all, settings)
         return _finish_build(gangs, nodes, node_errors, running, now, settings, memo,
                              sweep=False)
     finishing = [g for g in gangs.values() if g.state == GangState.FINISHING]
-    running = holding(view, nodes, finishing)
+    running = holding(view, nodes, finishing, settings)
     return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, sweep=True)
 
 

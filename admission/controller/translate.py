@@ -9,7 +9,7 @@ carried into the snapshot so that a released pod is always schedulable where Ber
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -121,28 +121,53 @@ def _read(path: str, fn: Any, value: Any, where: str) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def _container_requests(container: Obj, where: str) -> tuple[int, int]:
+def _merged(container: Obj) -> Mapping[str, Any]:
     res = container.get("resources") or {}
     # The API server defaults requests to limits for a resource that only has a limit.
-    merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+    return {**(res.get("limits") or {}), **(res.get("requests") or {})}
+
+
+def _container_requests(container: Obj, where: str) -> tuple[int, int]:
+    merged = _merged(container)
     cpu = _read("cpu", quantity.milli, merged["cpu"], where) if "cpu" in merged else 0
     mem = _read("memory", quantity.mib, merged["memory"], where) if "memory" in merged else 0
     return cpu, mem
 
 
-def pod_cpu_memory(pod: Obj) -> tuple[int, int]:
-    """Effective CPU (milli) and memory (MiB) requests as the scheduler counts them: the sum of
-    the containers, or the largest init container if larger, plus the pod overhead."""
-    where = f"pod {pod_key(pod)}"
+def _is_sidecar(container: Obj) -> bool:
+    """An init container that keeps running beside the app containers (KEP-753)."""
+    return container.get("restartPolicy") == "Always"
+
+
+def effective(pod: Obj, read: Callable[[Obj], Sequence[int]], width: int) -> list[int]:
+    """A pod's effective request of ``width`` quantities, each container's read by ``read``,
+    by Kubernetes' rule (``resourcehelper.PodRequests``): the app containers plus every
+    sidecar, or, if larger, the largest need during init, where each init container runs
+    beside the sidecars started before it. Pod overhead is the caller's."""
     s = spec(pod)
-    cpu = mem = 0
+    total = [0] * width
     for ctr in s.get("containers") or []:
-        a, b = _container_requests(ctr, where)
-        cpu, mem = cpu + a, mem + b
+        total = [a + b for a, b in zip(total, read(ctr), strict=True)]
+    sidecars = [0] * width
+    init_peak = [0] * width
     for ctr in s.get("initContainers") or []:
-        a, b = _container_requests(ctr, where)
-        cpu, mem = max(cpu, a), max(mem, b)
-    overhead = s.get("overhead") or {}
+        own = read(ctr)
+        if _is_sidecar(ctr):
+            total = [a + b for a, b in zip(total, own, strict=True)]
+            sidecars = [a + b for a, b in zip(sidecars, own, strict=True)]
+            step = sidecars
+        else:
+            step = [a + b for a, b in zip(own, sidecars, strict=True)]
+        init_peak = [max(a, b) for a, b in zip(init_peak, step, strict=True)]
+    return [max(a, b) for a, b in zip(total, init_peak, strict=True)]
+
+
+def pod_cpu_memory(pod: Obj) -> tuple[int, int]:
+    """Effective CPU (milli) and memory (MiB) requests as the scheduler counts them
+    (:func:`effective`), plus the pod overhead."""
+    where = f"pod {pod_key(pod)}"
+    cpu, mem = effective(pod, lambda ctr: _container_requests(ctr, where), 2)
+    overhead = spec(pod).get("overhead") or {}
     if "cpu" in overhead:
         cpu += _read("overhead.cpu", quantity.milli, overhead["cpu"], where)
     if "memory" in overhead:
@@ -150,25 +175,46 @@ def pod_cpu_memory(pod: Obj) -> tuple[int, int]:
     return cpu, mem
 
 
+def _is_extended(name: str) -> bool:
+    """Extended resources (device plugins' ``vendor/name``), as opposed to cpu, memory,
+    ephemeral-storage and hugepages."""
+    return "/" in name
+
+
+def pod_devices(pod: Obj) -> dict[str, int]:
+    """Effective requests of every extended resource (``nvidia.com/gpu``, time-slicing slots,
+    MIG profiles, ...) as the scheduler and the device plugin count them (:func:`effective`:
+    sidecars add, init containers take the largest). Extended resources have limit ==
+    request; a pod states either."""
+    where = f"pod {pod_key(pod)}"
+    s = spec(pod)
+    names = sorted({k for ctr in [*(s.get("containers") or []), *(s.get("initContainers") or [])]
+                    for k in _merged(ctr) if _is_extended(k)})
+    if not names:
+        return {}
+
+    def read(ctr: Obj) -> list[int]:
+        merged = _merged(ctr)
+        return [_read(n, quantity.count, merged[n], where) if n in merged else 0 for n in names]
+
+    return {n: v for n, v in zip(names, effective(pod, read, len(names)), strict=True) if v}
+
+
 def pod_gpu_resource(pod: Obj) -> int:
-    """Whole GPUs in the containers' ``nvidia.com/gpu`` limits (extended resources: limit ==
-    request)."""
-    total = 0
-    for ctr in spec(pod).get("containers") or []:
-        res = ctr.get("resources") or {}
-        raw = (res.get("limits") or {}).get(c.RESOURCE_GPU) or (res.get("requests") or {}).get(
-            c.RESOURCE_GPU
-        )
-        if raw is not None:
-            total += _read(c.RESOURCE_GPU, quantity.count, raw, f"pod {pod_key(pod)}")
-    return total
+    """Whole GPUs the pod holds by its ``nvidia.com/gpu`` requests (:func:`pod_devices`)."""
+    return pod_devices(pod).get(c.RESOURCE_GPU, 0)
+
+
+def has_demand_annotations(pod: Obj) -> bool:
+    ann = annotations_of(pod)
+    return c.ANNOTATION_GPU_COUNT in ann or c.ANNOTATION_GPU_MILLI in ann
 
 
 def pod_gpu_demand(pod: Obj) -> tuple[int, int, int]:
     """(gpu_count, milli per GPU, GPU memory MiB): the webhook's normalised annotations when
-    present, else whole GPUs from the resources."""
-    ann = annotations_of(pod)
-    if c.ANNOTATION_GPU_COUNT in ann or c.ANNOTATION_GPU_MILLI in ann:
+    present, else whole GPUs from the resources. Whether the resources bear the annotations
+    out is :func:`admission.controller.demand.problem`'s question."""
+    if has_demand_annotations(pod):
         count = _int_annotation(pod, c.ANNOTATION_GPU_COUNT, 1)
         per = _int_annotation(pod, c.ANNOTATION_GPU_MILLI, MILLI) if count else 0
         memory = _int_annotation(pod, c.ANNOTATION_GPU_MEMORY_MIB, 0)
@@ -213,17 +259,21 @@ def pod_models(pod: Obj) -> frozenset[str]:
 
 
 def qos_class(pod: Obj) -> str | None:
+    """The QoS class the pod names (the webhook's label, else the user's annotation); what
+    the controller uses is this bounded by the tenant's policy
+    (:func:`admission.controller.trust.qos_of`)."""
     return labels(pod).get(c.LABEL_QOS_CLASS) or annotations_of(pod).get(c.ANNOTATION_QOS_CLASS)
 
 
-def pod_request(pod: Obj) -> PodRequest:
-    """The pod as the solver sees it, named ``namespace/name`` to be unique cluster-wide."""
+def pod_request(pod: Obj, qos: str | None = None) -> PodRequest:
+    """The pod as the solver sees it, named ``namespace/name`` to be unique cluster-wide;
+    ``qos``: its QoS class as the policy bounds it."""
     cpu, mem = pod_cpu_memory(pod)
     count, per, gpu_mem = pod_gpu_demand(pod)
     try:
         return PodRequest(
             name=pod_key(pod), cpu_milli=cpu, memory_mib=mem, gpu_count=count, gpu_milli=per,
-            gpu_memory_mib=gpu_mem, models=pod_models(pod), qos_class=qos_class(pod),
+            gpu_memory_mib=gpu_mem, models=pod_models(pod), qos_class=qos,
             node_selector=dict(spec(pod).get("nodeSelector") or {}),
             affinity=required_affinity(pod), tolerations=tolerations(pod),
         )
@@ -246,14 +296,15 @@ def topology_requirement(pod: Obj) -> TopologyRequirement | None:
 
 
 def priority(pod: Obj) -> int:
+    """The priority the pod asks for (Berth's annotation, else its PriorityClass's value),
+    unbounded: :func:`admission.controller.trust.priority_of` bounds it by the policy."""
     if c.ANNOTATION_PRIORITY in annotations_of(pod):
         return _int_annotation(pod, c.ANNOTATION_PRIORITY, 0)
     return int(spec(pod).get("priority") or 0)
 
 
-def tenant(pod: Obj) -> str:
-    return labels(pod).get(c.LABEL_TENANT) or annotations_of(pod).get(c.ANNOTATION_TENANT) or (
-        meta(pod).get("namespace") or "default")
+def namespace(pod: Obj) -> str:
+    return str(meta(pod).get("namespace") or "default")
 
 
 def gang_name(pod: Obj) -> str:
@@ -263,9 +314,13 @@ def gang_name(pod: Obj) -> str:
     return f"{ns}/{name}" if name else pod_key(pod)
 
 
-def gang_size(pod: Obj) -> int:
+def gang_size(pod: Obj) -> int | None:
+    """The gang size the pod declares (1 for a pod of no gang); None when it declares none
+    (the webhook could not read one: the gang is then as large as the pods that exist)."""
     if not (annotations_of(pod).get(c.ANNOTATION_GANG_NAME) or labels(pod).get(c.LABEL_GANG)):
         return 1
+    if not annotations_of(pod).get(c.ANNOTATION_GANG_SIZE):
+        return None
     size = _int_annotation(pod, c.ANNOTATION_GANG_SIZE, 1)
     if size < 1:
         raise TranslationError(f"pod {pod_key(pod)}: {c.ANNOTATION_GANG_SIZE} must be >= 1")
@@ -374,20 +429,22 @@ def node_from_api(node: Obj, topology_keys: Mapping[str, str]) -> Node:
         raise TranslationError(f"{where}: {exc}") from None
 
 
-def running_from_pod(pod: Obj, node: Node, taken: Mapping[int, int]) -> Running:
-    """What a pod holds on ``node``: Berth's recorded shares, or for a pod Berth did not place,
-    whole GPUs on the indexes with most room left (``taken``: milli already held per index)."""
+def running_from_pod(pod: Obj, node: Node, taken: Mapping[int, int], *,
+                     planned: tuple[GpuShare, ...] | None = None, tenant: str | None = None,
+                     qos: str | None = None) -> Running:
+    """What a pod holds on ``node``: ``planned``, the shares Berth recorded for it when the
+    caller trusts them (:func:`admission.controller.trust.planned_shares`), else whole GPUs by
+    its ``nvidia.com/gpu`` requests on the indexes with most room left (``taken``: milli
+    already held per index). ``tenant`` and ``qos``: what the policy says of the pod (None for
+    a pod of no tenant: anonymous usage, charged to nobody)."""
     cpu, mem = pod_cpu_memory(pod)
-    assigned = assigned_shares(pod)
     shares: tuple[GpuShare, ...]
     valid = {g.index for g in node.gpus}
-    if assigned is not None and assigned[0] == node.name and all(
-        s.index in valid for s in assigned[1]
-    ):
-        shares = assigned[1]
+    if planned is not None and all(s.index in valid for s in planned):
+        shares = planned
     else:
         want = pod_gpu_resource(pod)
         order = sorted(valid, key=lambda i: (taken.get(i, 0), i))
         shares = tuple(GpuShare(i, MILLI) for i in order[:want])
     return Running(name=pod_key(pod), node=node.name, cpu_milli=cpu, memory_mib=mem,
-                   gpus=shares, tenant=labels(pod).get(c.LABEL_TENANT), qos_class=qos_class(pod))
+                   gpus=shares, tenant=tenant, qos_class=qos)

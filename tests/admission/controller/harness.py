@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from admission.controller.controller import Controller
 from admission.controller.settings import Settings
+from admission.policy import Sharing
 from solver.api import solve
 from solver.plan import Plan
 from solver.types import Snapshot, Tenant
@@ -18,6 +19,8 @@ TOPO = {"rack": "topology.kubernetes.io/rack", "block": "topology.kubernetes.io/
 def settings(**kw: object) -> Settings:
     base: dict[str, object] = dict(
         tenants=(Tenant("team-a"), Tenant("team-b")), topology_labels=TOPO,
+        namespaces={"team-a": "team-a", "team-b": "team-b"},
+        sharing=Sharing(backend="time-slicing"),
         window_seconds=10.0, gang_timeout_seconds=300.0, solver="cpsat",
         time_limit_seconds=2.0)
     base.update(kw)

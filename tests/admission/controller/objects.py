@@ -76,7 +76,13 @@ def pod(name: str, *, ns: str = "team-a", tenant: str | None = None, gang: str |
         m["labels"]["berth.dev/qos-class"] = qos
     res = p["spec"]["containers"][0]["resources"]
     for section in ("limits", "requests"):
-        res[section]["nvidia.com/gpu"] = str(gpus if milli == 1000 else 1)
+        if milli == 1000:
+            res[section]["nvidia.com/gpu"] = str(gpus)
+        else:  # a share, as the webhook translates it for time-slicing (4 slots per GPU)
+            del res[section]["nvidia.com/gpu"]
+            res[section]["nvidia.com/gpu.shared"] = str(milli * 4 // 1000)
+    if milli != 1000:
+        ann["berth.dev/sharing"] = "time-slicing"
     res["requests"]["cpu"], res["requests"]["memory"] = cpu, memory
     res["limits"]["cpu"], res["limits"]["memory"] = cpu, memory
     gates = ([{"name": "berth.dev/admission"}] if gated else []) + [

@@ -6,11 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from admission.controller import quantity
+from admission.controller import quantity, trust
 from admission.controller import translate as tr
 from admission.controller.translate import TranslationError
 from solver.eligibility import node_allows, why_not
 from solver.types import GpuShare, TopologyMode
+from tests.admission.controller.harness import settings
 from tests.admission.controller.objects import node, pod, recorded
 
 TOPO = {"rack": "topology.kubernetes.io/rack", "block": "topology.kubernetes.io/block"}
@@ -41,7 +42,8 @@ def test_recorded_gated_pod() -> None:
     assert (req.cpu_milli, req.memory_mib) == (8000, 65536)
     assert (req.gpu_count, req.gpu_milli) == (4, 1000)
     assert tr.gang_name(p) == "team-a/trainer" and tr.gang_size(p) == 2
-    assert tr.tenant(p) == "team-a"
+    assert trust.tenant_of(p, settings()) == "team-a"
+    assert trust.demand_problem(p, settings()) is None
     assert tr.has_berth_gate(p)
     # The pod tolerates the GPU taint, so the recorded node admits it.
     assert node_allows(req, tr.node_from_api(recorded("node-gpu.json"), TOPO))
@@ -85,7 +87,12 @@ def test_running_pod_not_placed_by_berth_holds_whole_gpus() -> None:
     berth = pod("b", gpus=1, milli=500, gated=False, node_name="n1")
     berth["metadata"]["annotations"].update(tr.assignment_annotations(
         "n1", (GpuShare(3, 500),), "p1", "2026-11-29T14:00:00Z"))
-    assert tr.running_from_pod(berth, n, {}).gpus == (GpuShare(3, 500),)
+    planned = trust.planned_shares(berth, settings())
+    assert planned == ("n1", (GpuShare(3, 500),))
+    assert tr.running_from_pod(berth, n, {}, planned=planned[1]).gpus == (GpuShare(3, 500),)
+    # Without a plan the caller trusts, the pod holds what its resources say: its share is
+    # a time-slicing slot, not a whole GPU.
+    assert tr.running_from_pod(berth, n, {}).gpus == ()
 
 
 @pytest.mark.parametrize("bad", ["x", "-1", "1.5.2", "Gi", ""])
