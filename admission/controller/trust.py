@@ -42,13 +42,14 @@ def qos_of(pod: Obj, settings: Settings, tenant: str | None = None) -> str | Non
 
 
 def priority_of(pod: Obj, settings: Settings, tenant: str) -> int:
-    """The priority the pod asks for, held to its tenant's ``limits.maxPriority`` and to what
-    the solver takes (:data:`solver.types.MAX_PRIORITY`)."""
+    """The priority the pod asks for, held to its tenant's bound (``limits.maxPriority``, else
+    ``admission.maxPriority``; lowest: its negative) and to what the solver takes
+    (:data:`solver.types.MAX_PRIORITY`)."""
     top = MAX_PRIORITY
     cap = settings.bounds_of(tenant).max_priority
     if cap is not None:
-        top = min(top, cap)
-    return max(-MAX_PRIORITY, min(top, tr.priority(pod)))
+        top = min(top, abs(cap))
+    return max(-top, min(top, tr.priority(pod)))
 
 
 def demand_problem(pod: Obj, settings: Settings) -> str | None:

@@ -9,17 +9,24 @@ that claims team-b, a placement, a demand or a gang size it was never given.
   webhook never saw it) is never released and not charged to team-b: team-b's real pods get
   its whole quota.
 - Thirty pods of one gang, each declaring a gang of one, are never released; each says why.
+
+The forged pods live in ``kube-public``: a namespace no policy manages and one the webhook's
+namespaceSelector leaves out, so nothing strips Berth's keys or gate from them at CREATE (the
+webhook does, where it sees a pod) and the controller alone must not believe them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from admission import constants as c
 from e2e.berth import BerthWebhook, berth_serve_as_deployed
@@ -33,6 +40,7 @@ pytestmark = [
 ]
 
 WAITING = "berth.dev/Waiting"
+OUTSIDE = "kube-public"  # managed by no policy, out of the webhook's scope
 
 
 def _team_b_on_any_model(doc: dict[str, Any]) -> None:
@@ -48,6 +56,22 @@ def berth(cluster: E2ECluster, tenant_namespaces: dict[str, str],
     with berth_serve_as_deployed(cluster, tmp_path / "berth", tenant_namespaces,
                                  edit_policy=_team_b_on_any_model) as hook:
         yield hook
+
+
+@pytest.fixture
+def outside(cluster: E2ECluster) -> Iterator[str]:
+    """``kube-public`` for this test's forged pods (the name prefix it yields), which are
+    deleted afterwards, and waited for, so no other test sees them."""
+    prefix = f"forged-{uuid.uuid4().hex[:5]}"
+    yield prefix
+    ours = [p.metadata.name for p in cluster.core.list_namespaced_pod(OUTSIDE).items
+            if p.metadata.name.startswith(prefix)]
+    for name in ours:
+        with contextlib.suppress(ApiException):
+            cluster.core.delete_namespaced_pod(name, OUTSIDE, grace_period_seconds=0)
+    eventually(lambda: [p for p in cluster.core.list_namespaced_pod(OUTSIDE).items
+                        if p.metadata.name.startswith(prefix)],
+               lambda left: not left, timeout=30, what=f"{OUTSIDE} cleared of {prefix}-*")
 
 
 def _log_tail(hook: BerthWebhook) -> str:
@@ -76,13 +100,12 @@ def _wait_running(cluster: E2ECluster, ns: str, names: list[str], hook: BerthWeb
 
 
 def test_a_forged_placement_in_an_unmanaged_namespace_holds_no_gpu(
-    cluster: E2ECluster, tenant_namespaces: dict[str, str], namespace: str,
-    berth: BerthWebhook
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], outside: str, berth: BerthWebhook
 ) -> None:
     # Every GPU of the fleet "assigned" to team-b by pods nobody will ever bind.
     for node in cluster.nodes:
         squatter = pod_manifest(
-            f"squat-{node.name}", labels={c.LABEL_TENANT: "team-b"},
+            f"{outside}-squat-{node.name}", labels={c.LABEL_TENANT: "team-b"},
             annotations={
                 c.ANNOTATION_TENANT: "team-b",
                 c.ANNOTATION_ASSIGNED_NODE: node.name,
@@ -91,11 +114,11 @@ def test_a_forged_placement_in_an_unmanaged_namespace_holds_no_gpu(
                 c.ANNOTATION_PLAN: "forged",
             })
         squatter["spec"]["nodeSelector"] = {"berth-e2e/nowhere": "true"}  # stays Pending
-        cluster.core.create_namespaced_pod(namespace, squatter)
-    squatters = cluster.core.list_namespaced_pod(namespace).items
+        cluster.core.create_namespaced_pod(OUTSIDE, squatter)
+    squatters = [p for p in cluster.core.list_namespaced_pod(OUTSIDE).items
+                 if p.metadata.name.startswith(outside)]
     assert len(squatters) == len(cluster.nodes)
-    assert all(not p.spec.scheduling_gates and p.metadata.annotations[
-        c.ANNOTATION_ASSIGNED_NODE] for p in squatters), "the webhook touched the squatters"
+    assert all(c.ANNOTATION_ASSIGNED_NODE in p.metadata.annotations for p in squatters)
 
     ns = tenant_namespaces["team-b"]
     _team_b_pods(cluster, ns, 3)
@@ -123,18 +146,19 @@ def test_a_forged_placement_in_an_unmanaged_namespace_holds_no_gpu(
 
 
 def test_a_gated_pod_the_webhook_never_saw_is_not_released_nor_charged(
-    cluster: E2ECluster, tenant_namespaces: dict[str, str], namespace: str,
-    berth: BerthWebhook
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], outside: str, berth: BerthWebhook
 ) -> None:
+    name = f"{outside}-intruder"
     intruder = pod_manifest(
-        "intruder", gates=(c.SCHEDULING_GATE,),
+        name, gates=(c.SCHEDULING_GATE,),
         labels={c.LABEL_TENANT: "team-b", c.LABEL_MANAGED: "true"},
         annotations={c.ANNOTATION_TENANT: "team-b", c.ANNOTATION_GPU_COUNT: "4",
                      c.ANNOTATION_GPU_MILLI: "1000", c.ANNOTATION_GANG_SIZE: "1"})
-    cluster.core.create_namespaced_pod(namespace, intruder)
+    cluster.core.create_namespaced_pod(OUTSIDE, intruder)
+    assert _gated(cluster.core.read_namespaced_pod(name, OUTSIDE))
 
     def untouched() -> None:
-        stored = cluster.core.read_namespaced_pod("intruder", namespace)
+        stored = cluster.core.read_namespaced_pod(name, OUTSIDE)
         assert _gated(stored), (f"Berth released a pod of a namespace it does not manage\n"
                                 f"--- berth serve log:\n{_log_tail(berth)}")
         assert c.ANNOTATION_ASSIGNED_NODE not in (stored.metadata.annotations or {})
