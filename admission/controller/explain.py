@@ -20,7 +20,7 @@ from datetime import datetime
 from admission.controller import keys
 from admission.controller import translate as tr
 from admission.controller.api import ApiError, ClusterApi
-from admission.controller.snapshot import Built, GangState
+from admission.controller.snapshot import Built, GangInfo, GangState, Refusal
 from admission.controller.translate import Obj
 from admission.controller.writers import Writers
 from solver.plan import Plan
@@ -56,6 +56,18 @@ def gangs_ahead(snapshot: Snapshot, waiting: Iterable[str]) -> dict[str, int]:
     return ahead
 
 
+def _broken(g: GangInfo) -> Why:
+    """A gang Berth cannot read, or reads and does not believe (:class:`Refusal`)."""
+    message = f"waiting: {g.error}"
+    if g.refusal == Refusal.DEMAND:
+        return Why("DemandMismatch", message, warning=True)
+    if g.refusal == Refusal.GANG_SIZE:
+        return Why("GangSizeMismatch", message, warning=True)
+    if g.refusal == Refusal.GANG_TOO_LARGE:
+        return Why("GangTooLarge", message, warning=True)
+    return Why("InvalidPod", message, warning=True)
+
+
 def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
             plan_rejected: str | None = None) -> dict[str, Why]:
     """Why each gang Berth holds is still waiting after this cycle, by gang key."""
@@ -70,7 +82,7 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
     out: dict[str, Why] = {}
     for g in built.gangs.values():
         if g.state == GangState.BROKEN:
-            out[g.key] = Why(g.reason, f"waiting: {g.error}", warning=True)
+            out[g.key] = _broken(g)
         elif g.state == GangState.INCOMPLETE:
             have = len(g.pods)
             age = (now - g.first_created).total_seconds() if g.first_created else 0.0

@@ -63,6 +63,36 @@ REASONS: Final[tuple[Reason, ...]] = (
         "Delete the pod and create it again with a valid value.",
     ),
     Reason(
+        "DemandMismatch", True, "Warning", "explain.py",
+        "The GPU demand Berth's annotations state (`berth.dev/gpu-count`, `gpu-milli`) is not "
+        "what the pod's resources request in the sharing backend's vocabulary (whole GPUs as "
+        "`nvidia.com/gpu`, a share as time-slicing slots, an MPS slot, a MIG profile or "
+        "HAMi's `gpucores`). The resources are what the scheduler and the device plugin "
+        "enforce, so the pod is never released and never charged to its tenant.",
+        "waiting: pod team-b/p-0: its GPU demand (berth.dev/gpu-count=4, berth.dev/gpu-milli"
+        "=1000) is not what its resources request (no GPU resource; time-slicing sharing "
+        "would need nvidia.com/gpu: 4); it is not released",
+        "Delete the pod and create it again through the webhook, asking for GPUs in its "
+        "resources (or with `berth.dev/gpu-fraction`); do not write Berth's annotations.",
+    ),
+    Reason(
+        "GangSizeMismatch", True, "Warning", "explain.py",
+        "The pods of the gang disagree on its size (`berth.dev/gang-size`; some declare one "
+        "and others none), or the gang has more pods than they declare. Such a gang is never "
+        "released as it is.",
+        "waiting: gang team-b/swarm has 30 pods but its pods declare berth.dev/gang-size: 1; "
+        "it is never released as it is",
+        "Give every pod of the gang the same `berth.dev/gang-size`, equal to the number of "
+        "pods, or give the pods different gang names.",
+    ),
+    Reason(
+        "GangTooLarge", True, "Warning", "explain.py",
+        "The gang is larger than its tenant's `limits.maxGangSize`.",
+        "waiting: gang team-b/wide of 20 pods exceeds tenant team-b's maxGangSize of 16; "
+        "split the job",
+        "Split the job into gangs within the limit, or raise `tenants[].limits.maxGangSize`.",
+    ),
+    Reason(
         "Quota", True, "Normal", "explain.py",
         "Admitting the gang would take its tenant over its quota, beyond its borrowing limit, "
         "or beyond the idle quota other tenants leave (the solver's own quota rule).",

@@ -46,6 +46,15 @@ from solver.types import (
 )
 
 
+class Refusal(StrEnum):
+    """Why a gang is broken when Berth could read it but does not believe it (the Waiting
+    reason each becomes is :func:`admission.controller.explain.reasons`' word)."""
+
+    DEMAND = "demand"  # demand annotations the resources do not bear out
+    GANG_SIZE = "gang-size"  # pods that disagree on the size, or more pods than declared
+    GANG_TOO_LARGE = "gang-too-large"  # over the tenant's maxGangSize
+
+
 class GangState(StrEnum):
     """Where a gang stands this cycle (the module docstring says what each means)."""
 
@@ -66,7 +75,7 @@ class GangInfo:
     state: GangState = GangState.PENDING
     plan: str | None = None  # the plan id all pods carry (finishing)
     error: str | None = None
-    reason: str = "InvalidPod"  # the Waiting condition's reason when broken
+    refusal: Refusal | None = None  # broken, though readable: why Berth will not release it
     declared: list[int | None] = field(default_factory=list)  # gang size each pod declares
     gang: Gang | None = None  # the solver's view (pending)
 
@@ -78,9 +87,9 @@ class GangInfo:
     def missing(self) -> int:
         return max(0, self.size - len(self.pods))
 
-    def refuse(self, reason: str, error: str) -> None:
-        """Never release this gang; its pods say ``error`` (condition reason ``reason``)."""
-        self.state, self.reason, self.error = GangState.BROKEN, reason, error
+    def refuse(self, refusal: Refusal, error: str) -> None:
+        """Never release this gang as it is; its pods say ``error``."""
+        self.state, self.refusal, self.error = GangState.BROKEN, refusal, error
 
 
 class Memo:
@@ -192,18 +201,18 @@ def judge_size(info: GangInfo, settings: Settings) -> None:
     stated = set(info.declared)
     if len(stated) > 1:
         said = ", ".join(sorted("none" if d is None else str(d) for d in stated))
-        info.refuse("GangSizeMismatch", f"the pods of gang {info.key} disagree on its size "
+        info.refuse(Refusal.GANG_SIZE, f"the pods of gang {info.key} disagree on its size "
                     f"({c.ANNOTATION_GANG_SIZE}: {said}); every pod must declare the same")
         return
     declared = next(iter(stated))
     info.size = have if declared is None else declared
     if have > info.size:
-        info.refuse("GangSizeMismatch", f"gang {info.key} has {have} pods but its pods declare "
+        info.refuse(Refusal.GANG_SIZE, f"gang {info.key} has {have} pods but its pods declare "
                     f"{c.ANNOTATION_GANG_SIZE}: {info.size}; it is never released as it is")
         return
     limit = settings.bounds_of(info.tenant).max_gang_size
     if limit is not None and info.size > limit:
-        info.refuse("GangTooLarge", f"gang {info.key} of {info.size} pods exceeds tenant "
+        info.refuse(Refusal.GANG_TOO_LARGE, f"gang {info.key} of {info.size} pods exceeds tenant "
                     f"{info.tenant}'s maxGangSize of {limit}; split the job")
 
 
@@ -217,7 +226,7 @@ def classify(info: GangInfo, settings: Settings) -> None:
             info.state, info.error = GangState.BROKEN, str(exc)
             return
         if why is not None:
-            info.refuse("DemandMismatch", f"pod {tr.pod_key(p)}: {why}; it is not released")
+            info.refuse(Refusal.DEMAND, f"pod {tr.pod_key(p)}: {why}; it is not released")
             return
     plans = {tr.plan_id(p) for p in info.gated}
     if len(plans) == 1 and None not in plans and all(

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from admission import constants as c
 from admission.controller import translate as tr
+from admission.controller import trust
 from admission.controller.inventory import Inventory
 from admission.controller.settings import Settings, from_policy
 from admission.controller.snapshot import Built, GangState, build
@@ -65,7 +66,7 @@ def picture(view: ClusterView, now: datetime) -> Picture:
         used = quota_usage_milli(built.snapshot)
     else:
         finishing = {tr.pod_key(p) for g in built.by_state(GangState.FINISHING) for p in g.gated}
-        holders = _holders_from_pods(snap_view.pods.values(), finishing)
+        holders = _holders_from_pods(snap_view.pods.values(), finishing, settings)
         by_tenant: defaultdict[str, int] = defaultdict(int)
         for h in holders:
             if h.tenant is not None:
@@ -82,26 +83,27 @@ def _since(pod: Obj | None) -> datetime | None:
         tr.created_at(pod)
 
 
-def _holders_from_pods(pods: Iterable[Obj], finishing: set[str]) -> list[Holder]:
-    """Without nodes: what each pod holds by its own account, as
-    :func:`admission.controller.translate.running_from_pod` reads it (Berth's recorded shares,
-    else whole GPUs of its ``nvidia.com/gpu`` request)."""
+def _holders_from_pods(pods: Iterable[Obj], finishing: set[str],
+                       settings: Settings) -> list[Holder]:
+    """Without nodes: what each pod holds as the controller counts it
+    (:func:`admission.controller.snapshot.holding`): a bound pod its ``nvidia.com/gpu``
+    request (Berth's recorded shares where the controller believes them), a pod not bound only
+    Berth's believed plan; the tenant is its namespace's."""
     out: list[Holder] = []
     for pod in pods:
         key = tr.pod_key(pod)
         if tr.has_berth_gate(pod) and key not in finishing:
             continue
-        assigned = tr.assigned_shares(pod)
-        node = tr.spec(pod).get("nodeName") or (assigned[0] if assigned else None)
+        planned = trust.planned_shares(pod, settings)
+        node = tr.spec(pod).get("nodeName") or (planned[0] if planned else None)
         if not node:
             continue
         try:
-            if assigned is not None and assigned[0] == node:
-                milli = sum(s.milli for s in assigned[1])
+            if planned is not None and planned[0] == node:
+                milli = sum(s.milli for s in planned[1])
             else:
                 milli = tr.pod_gpu_resource(pod) * MILLI
         except TranslationError:
             continue
-        out.append(Holder(key, tr.labels(pod).get(c.LABEL_TENANT), node, milli,
-                          _since(pod)))
+        out.append(Holder(key, trust.tenant_of(pod, settings), node, milli, _since(pod)))
     return out

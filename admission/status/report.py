@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from admission.controller import translate as tr
+from admission.controller import trust
 from admission.controller.explain import gangs_ahead
 from admission.controller.snapshot import GangInfo, GangState
 from admission.controller.translate import Obj, TranslationError
@@ -239,6 +240,11 @@ def waiting_gangs(pic: Picture) -> list[WaitingGang]:
     return out
 
 
+def _tenant(pic: Picture, pod: Obj) -> str:
+    """The pod's tenant as the controller takes it: its namespace's ("" when unmanaged)."""
+    return trust.tenant_of(pod, pic.settings) or ""
+
+
 def _not_bound(pic: Picture, seen: set[str]) -> list[WaitingGang]:
     """Released gangs whose scheduler has not bound them: the controller says so on the pods
     (``NotBound``, :mod:`admission.controller.unbound`); shown beside the queue."""
@@ -261,7 +267,7 @@ def _not_bound(pic: Picture, seen: set[str]) -> list[WaitingGang]:
         created = [t for p in pods if (t := tr.created_at(p))]
         waited = (pic.now - min(created)).total_seconds() if created else None
         out.append(WaitingGang(
-            gang=key, tenant=tr.tenant(pods[0]), state=NOT_BOUND_STATE, position=None,
+            gang=key, tenant=_tenant(pic, pods[0]), state=NOT_BOUND_STATE, position=None,
             overall=None, pods=len(pods), size=len(pods), gpus=gpus(milli) or 0.0,
             waited_seconds=waited, reason=cond.get("reason"), message=cond.get("message"),
             since=cond.get("lastTransitionTime")))
@@ -280,7 +286,7 @@ def reservations(pic: Picture) -> list[Reservation]:
             continue
         key = tr.gang_name(pod)
         detail = ann or str((cond or {}).get("message") or "")
-        by_gang.setdefault(key, Reservation(gang=key, tenant=tr.tenant(pod), detail=detail))
+        by_gang.setdefault(key, Reservation(gang=key, tenant=_tenant(pic, pod), detail=detail))
     return sorted(by_gang.values(), key=lambda r: (r.tenant, r.gang))
 
 

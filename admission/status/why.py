@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from admission import constants as c
 from admission.controller import translate as tr
+from admission.controller import trust
 from admission.controller.snapshot import GangInfo, GangState
 from admission.controller.translate import Obj
 from admission.controller.unbound import NOT_BOUND, scheduler_says
@@ -221,7 +222,8 @@ def explain(pic: Picture, pod: Obj, events: Sequence[Obj], *, podgroup: Obj | No
     plan = {k: ann[k] for k in c.ASSIGNMENT_ANNOTATIONS if k in ann}
     berth = c.SCHEDULING_GATE in gates or bool(plan.get(c.ANNOTATION_ASSIGNED_NODE))
     out = Explanation(
-        pod=key, state="", phase=phase, tenant=tr.tenant(pod) if berth else None,
+        pod=key, state="", phase=phase,
+        tenant=trust.tenant_of(pod, pic.settings) if berth else None,
         gang=tr.gang_name(pod) if berth else None, gang_pods=None, demand=None, waited=None,
         position=None, ahead=None, overall=None,
         condition=None if cond is None else {
