@@ -243,3 +243,21 @@ def test_gang_labels_are_berths_own() -> None:
     s = quota_scene()
     assert c.SCHEDULING_GATE in [g["name"] for g in
                                  s.api.pods["team-a/w1-0"]["spec"]["schedulingGates"]]
+
+
+def test_a_forged_placement_is_not_counted_as_used() -> None:
+    # A Pending pod of a namespace the policy does not manage, with no GPU resources, that
+    # claims team-a and Berth's assignment of n0's 8 GPUs: the controller gives it nothing,
+    # and neither does berth status.
+    s = Scene()
+    forged = pod("squat", ns="ops", tenant="team-a", gpus=8, gated=False)
+    for section in ("limits", "requests"):
+        forged["spec"]["containers"][0]["resources"][section].pop("nvidia.com/gpu")
+    forged["metadata"]["annotations"].update({
+        c.ANNOTATION_ASSIGNED_NODE: "n0", c.ANNOTATION_ASSIGNED_GPUS: "0,1,2,3,4,5,6,7",
+        c.ANNOTATION_ASSIGNED_GPU_MILLI: ",".join(["1000"] * 8), c.ANNOTATION_PLAN: "forged"})
+    s.api.add_pod(forged)
+    assert rows(status(s.picture()))["team-a"].used == 0
+    # Without the right to list nodes, status counts holders from the pods alone: the same.
+    blind = s.picture(forbid={("list", "nodes", None)})
+    assert not blind.nodes_known and rows(status(blind))["team-a"].used == 0
