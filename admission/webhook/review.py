@@ -382,8 +382,13 @@ def _admit(
         # spec is the pod's own map here (a pod without one has no container, so no demand)
         patch.ops.append({"op": "add", "path": "/spec/schedulingGates",
                           "value": [{"name": c.SCHEDULING_GATE}]})
-    elif not any(isinstance(g, dict) and g.get("name") == c.SCHEDULING_GATE for g in gates):
-        patch.extend_list(("spec", "schedulingGates"), gates, _GATE)
+    else:
+        ours = [i for i, g in enumerate(gates)
+                if isinstance(g, dict) and g.get("name") == c.SCHEDULING_GATE]
+        if not ours:
+            patch.extend_list(("spec", "schedulingGates"), gates, _GATE)
+        for i in reversed(ours[1:]):  # the pod brought it more than once: keep the first
+            patch.ops.append({"op": "remove", "path": f"/spec/schedulingGates/{i}"})
     if scheduler is not None:
         patch.set(("spec", "schedulerName"), scheduler)
     response: AdmissionResponse = {
