@@ -108,26 +108,26 @@ def whole_number(raw: object, path: str, what: str, reason: str) -> int:
                            f"{MAX_DIGITS}), got {shown(raw)}", reason)
 
 
+# A resource that asks for a GPU or a part of one: ``nvidia.com/gpu``, the sharing backends'
+# ``nvidia.com/gpu.shared``, ``nvidia.com/mig-*``, HAMi's ``nvidia.com/gpu*``. (Other
+# ``nvidia.com/`` resources, such as network devices, are not GPUs.)
+_NVIDIA = c.NVIDIA_PREFIX
+_AFTER = len(_NVIDIA)
+_GPU_FAMILIES = ("gpu", "mig-")
+
+
 def gpu_resource(name: str) -> bool:
-    """A resource that asks for a GPU or a part of one: ``nvidia.com/gpu``, the sharing
-    backends' ``nvidia.com/gpu.shared``, ``nvidia.com/mig-*``, HAMi's ``nvidia.com/gpu*``.
-    (Other ``nvidia.com/`` resources, such as network devices, are not GPUs.)"""
-    if not name.startswith(c.NVIDIA_PREFIX):
-        return False
-    rest = name[len(c.NVIDIA_PREFIX):]
-    return rest.startswith(("gpu", "mig-"))
+    return name.startswith(_NVIDIA) and name.startswith(_GPU_FAMILIES, _AFTER)
 
 
-def _gpu_resources(container: Mapping[str, Any], key: str, index: int
-                   ) -> tuple[dict[str, int], dict[str, str]]:
-    """The GPU resources of ``spec.<key>[index]`` (limits, else requests; both must agree) and
-    the field path of each. Paths are built only for GPU resources: this runs for every
-    container of every pod that reaches the webhook."""
+def _gpu_resources(container: Mapping[str, Any], key: str, index: int) -> dict[str, int]:
+    """The GPU resources of ``spec.<key>[index]`` (limits, else requests; both must agree).
+    Field paths are built only for an error message: this runs for every container of every
+    pod that reaches the webhook."""
     found: dict[str, int] = {}
-    paths: dict[str, str] = {}
     resources = container.get("resources")
     if resources is None:
-        return found, paths
+        return found
     if not isinstance(resources, dict):
         mapping(container, "resources", f"spec.{key}[{index}].resources")  # raises
     for kind in ("limits", "requests"):
@@ -137,20 +137,34 @@ def _gpu_resources(container: Mapping[str, Any], key: str, index: int
         if not isinstance(values, dict):
             mapping(resources, kind, f"spec.{key}[{index}].resources.{kind}")  # raises
         for name, raw in values.items():
-            if not gpu_resource(name):
+            if not (name.startswith(_NVIDIA) and name.startswith(_GPU_FAMILIES, _AFTER)):
                 continue
-            path = f"spec.{key}[{index}].resources.{kind}[{name}]"
-            if name == c.RESOURCE_GPU:
-                n = _gpu_count(raw, path)
+            if raw.__class__ is str and raw.isascii() and raw.isdigit() and len(raw) <= MAX_DIGITS:
+                n = int(raw)  # the common case, as the apiserver writes it: "8"
+            elif name == c.RESOURCE_GPU:
+                n = _gpu_count(raw, resource_path(key, index, kind, name))
             else:
-                n = whole_number(raw, path, "devices", "bad-gpu-resource")
+                n = whole_number(raw, resource_path(key, index, kind, name), "devices",
+                                 "bad-gpu-resource")
             before = found.get(name)
             if before is None:
-                found[name], paths[name] = n, path
+                found[name] = n
             elif before != n:
-                raise PodProblem(path, f"is {n} but the limit is {before}; a device's request "
-                                       "must equal its limit (or be left out)", "bad-gpu-count")
-    return found, paths
+                raise PodProblem(resource_path(key, index, kind, name),
+                                 f"is {n} but the limit is {before}; a device's request must "
+                                 "equal its limit (or be left out)", "bad-gpu-count")
+    return found
+
+
+def resource_path(key: str, index: int, kind: str, name: str) -> str:
+    return f"spec.{key}[{index}].resources.{kind}[{name}]"
+
+
+def _first_path(container: Mapping[str, Any], key: str, index: int, name: str) -> str:
+    """The field a resource of a container was read from (limits first)."""
+    resources = container.get("resources") or {}
+    kind = "limits" if name in (resources.get("limits") or {}) else "requests"
+    return resource_path(key, index, kind, name)
 
 
 def _gpu_count(raw: object, path: str) -> int:
@@ -252,18 +266,25 @@ def read_demand(pod: Mapping[str, Any], annotations: Mapping[str, str],
     direct: tuple[Slot, Reading, str] | None = None
     for key, listed in by_key.items():
         for i, ct in enumerate(listed):
-            found, paths = _gpu_resources(ct, key, i)
-            if found.get(c.RESOURCE_GPU) == 0:  # nvidia.com/gpu: 0 asks for nothing
-                del found[c.RESOURCE_GPU]
+            found = _gpu_resources(ct, key, i)
             if not found:
                 continue
-            others = [name for name in found if name != c.RESOURCE_GPU]
-            if not others:
-                counts[(key, i)] = found[c.RESOURCE_GPU]
+            if len(found) == 1 and c.RESOURCE_GPU in found:  # whole GPUs: the common case
+                if found[c.RESOURCE_GPU]:  # nvidia.com/gpu: 0 asks for nothing
+                    counts[(key, i)] = found[c.RESOURCE_GPU]
                 continue
+            if found.get(c.RESOURCE_GPU) == 0:
+                del found[c.RESOURCE_GPU]
+            others = [name for name in found if name != c.RESOURCE_GPU]
+            paths = {name: _first_path(ct, key, i, name) for name in found}
             direct = _direct(adapter, found, paths, others, direct, (key, i))
     mains, inits = by_key["containers"], by_key["initContainers"]
-    count = effective_count(counts, inits) if counts else 0
+    if not counts:
+        count = 0
+    elif inits:
+        count = effective_count(counts, inits)
+    else:
+        count = sum(counts.values())
     if annotations:
         fraction, fraction_path = _fraction(annotations)
         memory, memory_path = _memory(annotations)

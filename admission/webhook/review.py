@@ -423,10 +423,10 @@ def _check_tenant(
         path = f"metadata.{where}[{c.LABEL_TENANT}]"
         if ctx.refuse_tenant_mismatch:
             problems.append(PodProblem(
-                path, f"claims tenant {claimed!r} but the namespace belongs to tenant "
+                path, f"claims tenant {shown(claimed)} but the namespace belongs to tenant "
                 f"{name!r}; remove it or set it to {name!r}", "tenant-mismatch"))
         else:
-            warnings.append(f"{path}: tenant {claimed!r} replaced by {name!r} "
+            warnings.append(f"{path}: tenant {shown(claimed)} replaced by {name!r} "
                             "(the namespace's tenant)")
 
 
@@ -654,7 +654,7 @@ def _check_topology(
         problems.append(PodProblem(
             f"metadata.annotations[{c.ANNOTATION_TOPOLOGY}]",
             f"must be <level> or required:<level> with a level of "
-            f"{', '.join(sorted(ctx.levels))}; got {raw!r}", "bad-topology"))
+            f"{', '.join(sorted(ctx.levels))}; got {shown(raw)}", "bad-topology"))
 
 
 _PRIORITY = re.compile(r"-?[0-9]{1,7}")  # ASCII only: the controller reads it with int()
@@ -715,8 +715,10 @@ def _patch_metadata(
                               add_annotations=new_annotations)
     # Berth's own keys the pod brought and Berth does not write itself go (the rest are
     # overwritten with Berth's values below).
-    drop_labels = [k for k in labels if c.berth_owned_label(k) and k not in new_labels]
-    drop = [k for k in annotations if c.berth_owned_annotation(k) and k not in new_annotations]
+    prefix, user = c.BERTH_PREFIX, c.USER_ANNOTATIONS  # inlined: this runs for every key
+    drop_labels = [k for k in labels if k.startswith(prefix) and k not in new_labels]
+    drop = [k for k in annotations
+            if k.startswith(prefix) and k not in new_annotations and k not in user]
     if drop_labels or drop:
         warnings.append(_removed_warning([f"metadata.labels[{k}]" for k in drop_labels]
                                          + [f"metadata.annotations[{k}]" for k in drop]))

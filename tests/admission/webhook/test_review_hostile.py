@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
@@ -211,7 +212,9 @@ def _decide(payload: dict[str, Any], policy: Any) -> tuple[Any, Any] | None:
     return decision, pod
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# HOSTILE_EXAMPLES=4000 for a longer run
+@settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", "400")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(payload=hostile_reviews(), source=st.sampled_from(POLICIES))
 def test_hostile_pods_never_crash_and_keep_no_forged_key(payload: dict[str, Any],
                                                          source: Any) -> None:
