@@ -145,6 +145,12 @@ def _tenant_refs(data: object, models: set[str], classes: set[str]) -> list[RefE
         default = tenant.get("defaultQosClass")
         if isinstance(default, str) and default not in classes:
             errors.append((("tenants", i, "defaultQosClass"), _unknown_class(default, classes)))
+        allowed = [q for _, q in _strings(tenant, "allowedQosClasses")]
+        if isinstance(default, str) and default in classes and allowed and default not in allowed:
+            errors.append((("tenants", i, "defaultQosClass"),
+                           f"{default!r} is not among the tenant's allowedQosClasses "
+                           f"({', '.join(allowed)}): every pod without a class would be refused; "
+                           "add it there or pick one of them"))
         if backend is not None and backend.queue_kind:
             queues = tenant.get("queues")
             if not (isinstance(queues, dict) and queues.get(backend.name)):

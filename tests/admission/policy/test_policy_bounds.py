@@ -136,3 +136,12 @@ def test_degenerate_documents_are_refused_with_a_reason(text: str, needle: str) 
     assert time.perf_counter() - start < 2.0
     assert policy is None
     assert needle in issues[0].message, issues
+
+
+def test_the_default_qos_class_is_one_the_tenant_may_use() -> None:
+    issues = _issues("""\
+        tenants:
+          - {name: team-a, namespaces: [team-a], allowedQosClasses: [a], defaultQosClass: b}
+        qosClasses: [{name: a}, {name: b}]
+        """)
+    assert "not among the tenant's allowedQosClasses (a)" in issues["tenants[0].defaultQosClass"]
