@@ -42,11 +42,11 @@ async def test_a_stalled_body_is_answered_408_and_closed(policy_file: Path) -> N
         reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
         writer.write(HEAD + b'{"apiVersion":')  # headers, then a body that never ends
         await writer.drain()
-        data, took = await _answer(reader, within=5)
+        data, took = await _answer(reader, within=10)
         writer.close()
         assert data.startswith(b"HTTP/1.1 408 "), data
         assert b"did not arrive within 0.3s" in data
-        assert took < 2  # closed right after the answer: no lingering read of the rest
+        assert took < 5  # closed right after the answer, not after a 10 s lingering read
         text = await (await client.get("/metrics")).text()
         assert 'berth_webhook_bad_requests_total{code="408"} 1.0' in text
 
@@ -59,13 +59,13 @@ async def test_a_trickling_body_is_bounded_in_total(policy_file: Path) -> None:
         loop = asyncio.get_running_loop()
         start = loop.time()
         answered = asyncio.ensure_future(reader.read())
-        while not answered.done() and loop.time() - start < 5:
+        while not answered.done() and loop.time() - start < 10:
             writer.write(b" ")  # one byte every 50 ms: never idle, never finished
             await writer.drain()
             await asyncio.sleep(0.05)
         data = await asyncio.wait_for(answered, 1)
         writer.close()
-        assert data.startswith(b"HTTP/1.1 408 ") and loop.time() - start < 2
+        assert data.startswith(b"HTTP/1.1 408 ") and loop.time() - start < 5
 
 
 @pytest.mark.parametrize("sent", [b"", b"POST /mutate-pods HTTP/1.1\r\nHost: x\r\n"])
@@ -75,9 +75,9 @@ async def test_a_connection_without_whole_headers_is_closed(policy_file: Path,
         reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
         writer.write(sent)
         await writer.drain()
-        data, took = await _answer(reader, within=5)
+        data, took = await _answer(reader, within=10)
         writer.close()
-        assert data == b"" and took < 2
+        assert data == b"" and took < 5  # aiohttp's default would wait an hour
 
 
 async def test_a_client_that_aborts_its_body_is_one_log_line(
