@@ -7,10 +7,10 @@ allowed classes named; a pod whose GPUs are in an init container is gated with e
 GPUs and nothing added to its main container; Berth's own keys a pod brings (a placement, a
 tenant) do not come back from the apiserver.
 
-The last two need the webhook registration to send such pods to Berth at all (matchConditions
-that look at init containers and at berth.dev/ keys, config/base/webhook.yaml and
-``berth certs``); with a registration that sees only app containers' ``nvidia.com/gpu`` they
-fail, which is the hole they guard.
+The last two also rest on the webhook registration sending such pods to Berth at all
+(config/base/webhook.yaml's matchConditions look at init containers and at berth.dev/ keys,
+and ``berth certs`` renders them); with a registration that saw only app containers'
+``nvidia.com/gpu`` they would fail, which is the hole they guard.
 """
 
 from __future__ import annotations
@@ -93,7 +93,6 @@ def test_a_qos_label_the_tenant_may_not_use_is_refused(
 def test_an_init_container_only_gpu_pod_is_gated_with_its_init_gpus(
     cluster: E2ECluster, tenant_namespaces: dict[str, str], webhook: BerthWebhook
 ) -> None:
-    """Needs matchConditions that look at initContainers."""
     ns = tenant_namespaces["team-a"]
     manifest = pod_manifest("prep")
     manifest["spec"]["initContainers"] = [{
@@ -114,7 +113,6 @@ def test_an_init_container_only_gpu_pod_is_gated_with_its_init_gpus(
 def test_berths_keys_brought_by_a_non_gpu_pod_do_not_come_back(
     cluster: E2ECluster, tenant_namespaces: dict[str, str], webhook: BerthWebhook
 ) -> None:
-    """Needs matchConditions that send pods carrying berth.dev/ keys to Berth."""
     ns = tenant_namespaces["team-a"]
     pod = cluster.core.create_namespaced_pod(ns, pod_manifest(
         "forger", labels={c.LABEL_TENANT: "team-b", "app": "web"},
