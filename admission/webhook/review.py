@@ -367,14 +367,17 @@ def _admit(
     qos = _qos(labels, annotations, rules, ctx, problems)
     if c.ANNOTATION_TOPOLOGY in annotations:
         _check_topology(annotations, ctx, problems)
+    clamped = None
     if c.ANNOTATION_PRIORITY in annotations:
         _check_priority(annotations, rules, problems)
+    else:
+        clamped = _class_priority(spec, rules, warnings)
     if problems or translation is None or gang is None:
         return _deny(uid, problems)
 
     patch = PatchBuilder(pod)
     _patch_metadata(patch, meta, rules, gang, qos, count, milli, demand, models, ctx, labels,
-                    annotations, warnings)
+                    annotations, warnings, clamped)
     _patch_resources(patch, demand, translation, ctx, milli)
     _patch_env(patch, demand, translation if milli < 1000 else None, env_names, warnings)
     gates = spec.get("schedulingGates")
@@ -672,6 +675,22 @@ def _check_priority(annotations: Mapping[str, str], rules: TenantRules,
         f"{rules.name!r} (policy {rules.priority_source}); got {shown(raw)}", "bad-priority"))
 
 
+def _class_priority(spec: Mapping[str, Any], rules: TenantRules,
+                    warnings: list[str]) -> int | None:
+    """A pod without berth.dev/priority is weighed by its ``spec.priority``, which the
+    apiserver sets from the PriorityClass the pod names; beyond the tenant's bound, the bound
+    (written as berth.dev/priority, which the controller reads first)."""
+    value = spec.get("priority")
+    bound = rules.max_priority
+    if not isinstance(value, int) or isinstance(value, bool) or -bound <= value <= bound:
+        return None
+    clamped = max(-bound, min(bound, value))
+    warnings.append(f"spec.priority: {value} (its PriorityClass) is beyond tenant "
+                    f"{rules.name!r}'s priority bound; Berth weighs the pod at {clamped} "
+                    f"({c.ANNOTATION_PRIORITY})")
+    return clamped
+
+
 # --------------------------------------------------------------------------------------------
 # The patch
 # --------------------------------------------------------------------------------------------
@@ -684,7 +703,7 @@ def _patch_metadata(
     patch: PatchBuilder, meta: Mapping[str, Any], rules: TenantRules, gang: GangIdentity,
     qos: str | None, count: int, milli: int, demand: GpuDemand, models: tuple[str, ...],
     ctx: ReviewContext, labels: Mapping[str, str], annotations: Mapping[str, str],
-    warnings: list[str],
+    warnings: list[str], priority: int | None,
 ) -> None:
     gang_label = gang.label
     new_labels = {
@@ -710,6 +729,8 @@ def _patch_metadata(
         new_annotations[c.ANNOTATION_GANG_SIZE] = str(gang.size)
     if queue:
         new_annotations[c.ANNOTATION_QUEUE] = queue
+    if priority is not None:
+        new_annotations[c.ANNOTATION_PRIORITY] = str(priority)
     ctx.release.creation_keys(queue=queue, group=gang_label, size=gang.size, labels=labels,
                               annotations=annotations, add_labels=new_labels,
                               add_annotations=new_annotations)

@@ -168,6 +168,19 @@ def test_priority_bound_per_tenant() -> None:
     assert decide(payload, policy_from(BOUNDED))[0].response["allowed"]
 
 
+@pytest.mark.parametrize(("value", "written"), [
+    (2_000_000_000, "100"), (-5000, "-100"), (100, None), (0, None)])
+def test_a_priority_class_beyond_the_bound_is_weighed_at_the_bound(
+        value: int, written: str | None) -> None:
+    payload = fixture("plain-gpu-pod.json")
+    payload["request"]["object"]["spec"]["priority"] = value  # set from the PriorityClass
+    decision, pod = decide(payload)
+    assert decision.reason == "admitted", decision.response
+    assert pod["metadata"]["annotations"].get(c.ANNOTATION_PRIORITY) == written
+    if written is not None:
+        assert any("spec.priority" in w for w in decision.response["warnings"])
+
+
 # --------------------------------------------------------------------------------------------
 # QoS class: the label the controller reads is checked like the annotation
 # --------------------------------------------------------------------------------------------
