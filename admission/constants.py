@@ -35,7 +35,29 @@ ANNOTATION_GPU_MEMORY: Final = f"{DOMAIN}/gpu-memory"  # MiB of GPU memory on on
 ANNOTATION_GPU_MODELS: Final = f"{DOMAIN}/gpu-models"  # comma-separated acceptable models
 ANNOTATION_QOS_CLASS: Final = f"{DOMAIN}/qos-class"  # a QoS class named in the policy
 ANNOTATION_TOPOLOGY: Final = f"{DOMAIN}/topology"  # "<level>" or "required:<level>"
-ANNOTATION_PRIORITY: Final = f"{DOMAIN}/priority"  # int, higher first
+ANNOTATION_PRIORITY: Final = f"{DOMAIN}/priority"  # int, higher first, bounded by policy
+
+# The only keys under berth.dev/ a pod may bring at CREATE (each validated by the webhook).
+# Every other label or annotation under berth.dev/ is Berth's own: the webhook removes it from
+# any pod that brings it, and writes Berth's values on the pods it admits. The QoS class label
+# is read as input too (it must agree with the annotation), then rewritten with the class the
+# webhook validated.
+USER_ANNOTATIONS: Final = frozenset({
+    ANNOTATION_GANG, ANNOTATION_GANG_SIZE, ANNOTATION_FRACTION, ANNOTATION_GPU_MEMORY,
+    ANNOTATION_GPU_MODELS, ANNOTATION_QOS_CLASS, ANNOTATION_TOPOLOGY, ANNOTATION_PRIORITY,
+})
+BERTH_PREFIX: Final = f"{DOMAIN}/"
+
+
+def berth_owned_label(key: str) -> bool:
+    """Whether a pod label key is Berth's alone (every label under berth.dev/)."""
+    return key.startswith(BERTH_PREFIX)
+
+
+def berth_owned_annotation(key: str) -> bool:
+    """Whether a pod annotation key is Berth's alone (under berth.dev/, not user input)."""
+    return key.startswith(BERTH_PREFIX) and key not in USER_ANNOTATIONS
+
 
 # --------------------------------------------------------------------------------------------
 # Annotations the webhook writes for the controller (normalised demand; resources are
@@ -93,6 +115,8 @@ DOWNWARD_ENV: Final = (
 # Vocabulary of other projects that Berth reads (notes/ecosystem-keys.md).
 # --------------------------------------------------------------------------------------------
 RESOURCE_GPU: Final = "nvidia.com/gpu"
+NVIDIA_PREFIX: Final = "nvidia.com/"
+RESOURCE_MIG_PREFIX: Final = "nvidia.com/mig-"  # MIG mixed strategy: nvidia.com/mig-<profile>
 LABEL_GPU_PRODUCT: Final = "nvidia.com/gpu.product"  # GPU Feature Discovery node label
 
 KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from admission.backends import BackendName
 from admission.policy import Policy, Sharing, to_solver
-from admission.policy import Tenant as PolicyTenant
 from solver.names import SolverName
 from solver.types import SolverPolicy, Tenant
 
@@ -86,17 +85,6 @@ class Settings:
         return self.bounds.get(tenant) or TenantBounds()
 
 
-def _max_priority(policy: Policy, tenant: PolicyTenant) -> int | None:
-    """The tenant's priority bound (``limits.maxPriority``, else ``admission.maxPriority``)
-    where the policy has one; None: only the solver's (:data:`solver.types.MAX_PRIORITY`)."""
-    of_policy = getattr(policy, "max_priority", None)  # the webhook's priority bound
-    if callable(of_policy):
-        bound = of_policy(tenant)
-        return bound if isinstance(bound, int) else None
-    own = getattr(tenant.limits, "max_priority", None)
-    return own if isinstance(own, int) else None
-
-
 def from_policy(policy: Policy) -> Settings:
     solver_policy, tenants = to_solver(policy)
     topo = {lv.name: lv.node_label for lv in policy.topology.levels
@@ -109,7 +97,7 @@ def from_policy(policy: Policy) -> Settings:
     namespaces = {ns: t.name for t in reversed(policy.tenants) for ns in t.namespaces}
     bounds = {t.name: TenantBounds(
         max_gang_size=t.limits.max_gang_size,
-        max_priority=_max_priority(policy, t),
+        max_priority=policy.max_priority(t),
         allowed_qos_classes=frozenset(t.allowed_qos_classes),
         default_qos_class=t.default_qos_class) for t in policy.tenants}
     return Settings(

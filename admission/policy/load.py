@@ -4,6 +4,10 @@ Each error carries its path in the file's own spelling (``tenants[2].quota.gpus`
 and column where the YAML parser saw it, found by walking the composed node tree along that
 path. The whole file is always checked: structure by pydantic (which collects all field errors),
 cross-references by :mod:`admission.policy.refs`, duplicate keys by the node walk.
+
+The file is read once into a node tree, whose size is bounded before anything walks it: an
+alias names a node without copying it, so a kilobyte of anchors can stand for a billion values
+("billion laughs"), and every walk (duplicate keys, line marks, validation) would expand it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ from admission.policy.refs import check_references
 
 Loc = tuple[str | int, ...]
 SAMPLE_HINT = "config/policy/sample-policy.yaml"
+
+# A real policy has a few thousand values and fits a ConfigMap (1 MiB); these refuse a file
+# built to exhaust the webhook or `berth policy check` long before either would notice.
+MAX_TEXT = 1024 * 1024  # characters
+MAX_VALUES = 100_000  # scalars, sequences and mappings, each alias counted as what it stands for
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,17 +92,82 @@ def _mark(root: yaml.Node | None, loc: Loc) -> tuple[int, int] | None:
     return best.line + 1, best.column + 1
 
 
-def _duplicate_keys(node: yaml.Node | None, loc: Loc = ()) -> list[tuple[Loc, yaml.Mark]]:
-    """PyYAML keeps the last of two equal keys silently; an admin's typo deserves an error."""
-    found: list[tuple[Loc, yaml.Mark]] = []
+class _TooLarge(ValueError):
+    pass
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """How many values ``root`` stands for once every alias is expanded (computed once per
+    distinct node, so a bomb is measured as fast as it is read); :class:`_TooLarge` past
+    :data:`MAX_VALUES` or on an alias inside the node it names (a recursive document)."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            children = _children(node)
+            size = 1 + sum(sizes[id(c)] for c in children)
+            if size > MAX_VALUES:
+                raise _TooLarge(f"the file stands for more than {MAX_VALUES} values once its "
+                                "aliases are expanded; write the repeated parts out, or use "
+                                "fewer aliases")
+            sizes[key] = size
+            open_.discard(key)
+            continue
+        if key in sizes:
+            continue
+        if key in open_:
+            raise _TooLarge("an alias refers to a node that contains it (a recursive "
+                            "document); a policy cannot be recursive")
+        open_.add(key)
+        stack.append((node, True))
+        for child in _children(node):
+            if id(child) in open_:
+                raise _TooLarge("an alias refers to a node that contains it (a recursive "
+                                "document); a policy cannot be recursive")
+            if id(child) not in sizes:
+                stack.append((child, False))
+    return sizes[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _compose(text: str) -> tuple[yaml.Node | None, Any]:
+    """The node tree (for line marks) and the data of ``text``, read once, its size bounded
+    before it is constructed."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None, None
+        _expanded_size(root)
+        return root, loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
+def _duplicate_keys(node: yaml.Node | None, loc: Loc = ()
+                    ) -> list[tuple[Loc, yaml.Mark, yaml.Mark]]:
+    """PyYAML keeps the last of two equal keys silently; an admin's typo deserves an error.
+    Each is (path, mark of the first key, mark of the repeated one)."""
+    found: list[tuple[Loc, yaml.Mark, yaml.Mark]] = []
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, yaml.Mark] = {}
         for key, value in node.value:
             name = key.value if isinstance(key, yaml.ScalarNode) else None
             if name is not None:
                 if name in seen:
-                    found.append(((*loc, name), key.start_mark))
-                seen.add(name)
+                    found.append(((*loc, name), seen[name], key.start_mark))
+                else:
+                    seen[name] = key.start_mark
                 found += _duplicate_keys(value, (*loc, name))
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
@@ -102,6 +176,8 @@ def _duplicate_keys(node: yaml.Node | None, loc: Loc = ()) -> list[tuple[Loc, ya
 
 
 def _num(value: object) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))  # a bound of 1000000, not 1e+06
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -114,6 +190,8 @@ def _message(err: Any) -> str:
         return f"must be > {_num(ctx['gt'])}, got {err['input']!r}"
     if kind == "less_than_equal":
         return f"must be <= {_num(ctx['le'])}, got {err['input']!r}"
+    if kind == "finite_number":
+        return f"must be a finite number, got {err['input']!r}"
     if kind == "missing":
         return "required field is missing"
     if kind == "extra_forbidden":
@@ -131,9 +209,15 @@ def _message(err: Any) -> str:
 
 def check_text(text: str) -> tuple[Policy | None, list[PolicyIssue]]:
     """Validate policy YAML text; returns the policy (None on error) and every issue found."""
+    if len(text) > MAX_TEXT:
+        return None, [PolicyIssue("", f"the file has {len(text)} characters, more than the "
+                                      f"{MAX_TEXT} a policy may have; a ConfigMap holds 1 MiB")]
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root, data = _compose(text)
+    except _TooLarge as exc:
+        return None, [PolicyIssue("", f"not accepted: {exc}")]
+    except RecursionError:
+        return None, [PolicyIssue("", "not accepted: the YAML is nested too deeply")]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
@@ -155,10 +239,12 @@ def check_text(text: str) -> tuple[Policy | None, list[PolicyIssue]]:
         mark = _mark(root, loc)
         issues.append(PolicyIssue(format_path(loc), message, *(mark or (None, None))))
 
-    for loc, key_mark in _duplicate_keys(root):
+    for loc, first, again in _duplicate_keys(root):
         issues.append(
-            PolicyIssue(format_path(loc), "duplicate key; YAML would keep only the last one",
-                        key_mark.line + 1, key_mark.column + 1)
+            PolicyIssue(format_path(loc), f"duplicate key, first at line {first.line + 1} "
+                        f"column {first.column + 1}, again at line {again.line + 1} column "
+                        f"{again.column + 1}; YAML would keep only the last one: remove one",
+                        again.line + 1, again.column + 1)
         )
     policy: Policy | None = None
     try:

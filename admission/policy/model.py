@@ -21,8 +21,30 @@ from admission.backends import BackendName
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
 NonEmpty = Annotated[str, Field(min_length=1)]
-Fraction = Annotated[float, Field(gt=0, le=1)]
-Unit = Annotated[float, Field(ge=0, le=1)]
+Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+Unit = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+# Every number in the policy is finite and bounded: the webhook and the solver do arithmetic on
+# them (milli-GPU, CP-SAT coefficients), and a value like .inf or 1e41 passes a plain ``ge=0``
+# but breaks every review or solve that uses it. The bounds are far beyond any real cluster.
+MAX_GPUS: Final = 1_000_000  # quota, borrowing
+MAX_GPUS_PER_POD: Final = 4096
+MAX_GANG_SIZE: Final = 100_000
+MAX_MEMORY_MIB: Final = 4 * 1024 * 1024  # 4 TiB on one GPU
+MAX_WATTS: Final = 100_000
+MAX_WEIGHT: Final = 1_000_000  # fair-share weight
+MAX_OBJECTIVE_WEIGHT: Final = 1000
+MAX_MS: Final = 86_400_000  # a day, in milliseconds
+MAX_SECONDS: Final = 7 * 86_400  # a week
+PRIORITY_LIMIT: Final = 1_000_000  # no priority bound may exceed this
+DEFAULT_MAX_PRIORITY: Final = 100
+
+Gpus = Annotated[float, Field(ge=0, le=MAX_GPUS, allow_inf_nan=False)]
+MiB = Annotated[int, Field(ge=1, le=MAX_MEMORY_MIB, alias="memoryMiB")]
+Watts = Annotated[float, Field(ge=0, le=MAX_WATTS, allow_inf_nan=False)]
+Millis = Annotated[float, Field(gt=0, le=MAX_MS, allow_inf_nan=False)]
+ObjectiveWeight = Annotated[float, Field(ge=0, le=MAX_OBJECTIVE_WEIGHT, allow_inf_nan=False)]
+PriorityBound = Annotated[int, Field(ge=0, le=PRIORITY_LIMIT)]
 
 T = TypeVar("T")
 API_VERSION: Final = "berth.dev/v1alpha1"
@@ -42,21 +64,24 @@ class _Model(BaseModel):
 class Quota(_Model):
     """GPUs a tenant is guaranteed (whole or fractional GPUs); ``None`` means unlimited."""
 
-    gpus: Annotated[float, Field(ge=0)] | None = None
+    gpus: Gpus | None = None
 
 
 class Borrowing(_Model):
     """Whether a tenant may use other tenants' idle quota, and how much beyond its own."""
 
     enabled: bool = True
-    limit_gpus: Annotated[float, Field(ge=0)] | None = None
+    limit_gpus: Gpus | None = None
 
 
 class Limits(_Model):
     """Per-request ceilings; a pod beyond them is refused at admission with the limit named."""
 
-    max_gpus_per_pod: Annotated[int, Field(ge=1)] | None = None
-    max_gang_size: Annotated[int, Field(ge=1)] | None = None
+    max_gpus_per_pod: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_POD)] | None = None
+    max_gang_size: Annotated[int, Field(ge=1, le=MAX_GANG_SIZE)] | None = None
+    # Highest berth.dev/priority a pod of the tenant may ask for (and lowest: its negative);
+    # unset: admission.maxPriority. The tenant's own default priority must lie within it.
+    max_priority: PriorityBound | None = None
 
 
 class Queues(_Model):
@@ -75,12 +100,13 @@ class Tenant(_Model):
     name: Name
     namespaces: Annotated[list[Name], Field(min_length=1)]
     quota: Quota = Quota()
-    weight: Annotated[float, Field(gt=0)] = 1.0
+    weight: Annotated[float, Field(gt=0, le=MAX_WEIGHT, allow_inf_nan=False)] = 1.0
     borrowing: Borrowing = Borrowing()
     allowed_models: list[NonEmpty] = []  # empty: any model
     allowed_qos_classes: list[NonEmpty] = []  # empty: any class
     default_qos_class: NonEmpty | None = None
-    priority: int = 0  # default priority of the tenant's gangs
+    # default priority of the tenant's gangs, within the tenant's priority bound
+    priority: Annotated[int, Field(ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)] = 0
     limits: Limits = Limits()
     queues: Queues = Queues()
 
@@ -110,9 +136,9 @@ class GpuModel(_Model):
     """A GPU model as GPU Feature Discovery names it (``nvidia.com/gpu.product``)."""
 
     name: NonEmpty
-    memory_mib: Annotated[int, Field(ge=1, alias="memoryMiB")]
-    idle_watts: Annotated[float, Field(ge=0)] = 0.0
-    active_watts: Annotated[float, Field(ge=0)] = 0.0
+    memory_mib: MiB
+    idle_watts: Watts = 0.0
+    active_watts: Watts = 0.0
 
 
 class TimeSlicing(_Model):
@@ -131,7 +157,7 @@ class Mps(_Model):
 class MigProfile(_Model):
     name: Annotated[str, Field(pattern=r"^\d+g\.\d+gb(\+me)?$")]  # e.g. 1g.10gb
     fraction: Fraction  # its share of the GPU's compute
-    memory_mib: Annotated[int, Field(ge=1, alias="memoryMiB")]
+    memory_mib: MiB
 
 
 def _default_mig_profiles() -> list[MigProfile]:
@@ -148,7 +174,7 @@ def _default_mig_profiles() -> list[MigProfile]:
 class Mig(_Model):
     """MIG with the device plugin's mixed strategy: resources ``nvidia.com/mig-<profile>``."""
 
-    profiles: Annotated[list[MigProfile], Field(min_length=1)] = Field(
+    profiles: Annotated[list[MigProfile], Field(min_length=1, max_length=64)] = Field(
         default_factory=_default_mig_profiles
     )
 
@@ -157,7 +183,8 @@ class Sharing(_Model):
     """How a fraction of a GPU reaches the node: the backend and the fractions it may take."""
 
     backend: Literal["none", "time-slicing", "mps", "mig", "hami"] = "none"
-    fraction_grid: Annotated[list[Fraction], Field(min_length=1)] = [0.25, 0.5, 0.75, 1.0]
+    fraction_grid: Annotated[list[Fraction], Field(min_length=1, max_length=1000)] = [
+        0.25, 0.5, 0.75, 1.0]
     time_slicing: TimeSlicing = TimeSlicing()
     mps: Mps = Mps()
     mig: Mig = Field(default_factory=Mig)
@@ -198,10 +225,10 @@ class QoSClass(_Model):
     name: Name
     sm: Unit = 0.5
     membw: Unit = 0.5
-    memory_mib: Annotated[int, Field(ge=0, alias="memoryMiB")] = 0
+    memory_mib: Annotated[int, Field(ge=0, le=MAX_MEMORY_MIB, alias="memoryMiB")] = 0
     latency_sensitive: bool = False
-    solo_latency_ms: Annotated[float, Field(gt=0)] | None = None
-    slo_ms: Annotated[float, Field(gt=0)] | None = None
+    solo_latency_ms: Millis | None = None
+    slo_ms: Millis | None = None
     exclusive: bool = False
     no_share_with: list[NonEmpty] = []
 
@@ -221,23 +248,24 @@ class QoSClass(_Model):
 
 
 class Batch(_Model):
-    window_seconds: Annotated[float, Field(gt=0, le=3600)] = 10.0
-    gang_timeout_seconds: Annotated[float, Field(gt=0)] = 600.0
+    window_seconds: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = 10.0
+    gang_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS,
+                                                 allow_inf_nan=False)] = 600.0
     fast_path_classes: list[NonEmpty] = []  # QoS classes placed on arrival
 
 
 class ObjectiveWeights(_Model):
-    demand: Annotated[float, Field(ge=0)] = 1.0
-    aging_per_hour: Annotated[float, Field(ge=0)] = 0.5
-    fragmentation: Annotated[float, Field(ge=0)] = 0.2
-    topology: Annotated[float, Field(ge=0)] = 0.1
-    fairness: Annotated[float, Field(ge=0)] = 0.3
-    energy: Annotated[float, Field(ge=0)] = 0.05
-    interference: Annotated[float, Field(ge=0)] = 0.1
+    demand: ObjectiveWeight = 1.0
+    aging_per_hour: ObjectiveWeight = 0.5
+    fragmentation: ObjectiveWeight = 0.2
+    topology: ObjectiveWeight = 0.1
+    fairness: ObjectiveWeight = 0.3
+    energy: ObjectiveWeight = 0.05
+    interference: ObjectiveWeight = 0.1
 
 
 class SolverSettings(_Model):
-    time_limit_seconds: Annotated[float, Field(gt=0, le=600)] = 5.0
+    time_limit_seconds: Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] = 5.0
     weights: ObjectiveWeights = ObjectiveWeights()
 
 
@@ -254,6 +282,10 @@ class Admission(_Model):
     tenant_mismatch: Literal["refuse", "overwrite"] = "refuse"
     # Refuse gang pods whose size cannot be read from the pod (Volcano/KAI/owner gangs).
     require_gang_size: bool = False
+    # Highest berth.dev/priority a pod may ask for (and lowest: its negative), for every
+    # tenant without its own limits.maxPriority. Priority weighs a gang against every other
+    # tenant's waiting work, so it is bounded like any other value a user may set.
+    max_priority: PriorityBound = DEFAULT_MAX_PRIORITY
 
 
 class Policy(_Model):
@@ -313,6 +345,11 @@ class Policy(_Model):
     def with_generation(self, generation: str) -> Policy:
         self._generation = generation
         return self
+
+    def max_priority(self, tenant: Tenant) -> int:
+        """The highest berth.dev/priority a pod of ``tenant`` may ask for (lowest: minus it)."""
+        own = tenant.limits.max_priority
+        return self.admission.max_priority if own is None else own
 
     def queue_for(self, tenant: Tenant) -> str | None:
         """The tenant's queue in the configured release backend (None for one without queues)."""

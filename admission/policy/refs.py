@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from admission.backends import BACKENDS, BackendName
+from admission.policy.model import DEFAULT_MAX_PRIORITY, PRIORITY_LIMIT
 
 Path = tuple[str | int, ...]
 RefError = tuple[Path, str]
@@ -66,6 +67,30 @@ def check_references(data: object) -> list[RefError]:
     errors += _tenant_refs(data, models, classes)
     errors += _qos_refs(data, classes)
     errors += _sharing(data)
+    errors += _priorities(data)
+    return errors
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _priorities(data: object) -> list[RefError]:
+    """A tenant's default priority lies within its priority bound (limits.maxPriority, else
+    admission.maxPriority): the bound the webhook holds every pod of the tenant to."""
+    default = _int(_section(data, "admission").get("maxPriority", DEFAULT_MAX_PRIORITY))
+    errors: list[RefError] = []
+    for i, tenant in _items(data, "tenants"):
+        priority = _int(tenant.get("priority", 0))
+        own = _section(tenant, "limits").get("maxPriority")
+        bound, where = ((_int(own), f"tenants[{i}].limits.maxPriority") if own is not None
+                        else (default, "admission.maxPriority"))
+        if (priority is None or bound is None or not 0 <= bound <= PRIORITY_LIMIT
+                or -bound <= priority <= bound or abs(priority) > PRIORITY_LIMIT):
+            continue  # a value of the wrong type or beyond every bound is the model's to report
+        errors.append((("tenants", i, "priority"),
+                       f"{priority} is outside the tenant's priority bound -{bound}..{bound} "
+                       f"({where}); lower it or raise the bound"))
     return errors
 
 
@@ -120,6 +145,12 @@ def _tenant_refs(data: object, models: set[str], classes: set[str]) -> list[RefE
         default = tenant.get("defaultQosClass")
         if isinstance(default, str) and default not in classes:
             errors.append((("tenants", i, "defaultQosClass"), _unknown_class(default, classes)))
+        allowed = [q for _, q in _strings(tenant, "allowedQosClasses")]
+        if isinstance(default, str) and default in classes and allowed and default not in allowed:
+            errors.append((("tenants", i, "defaultQosClass"),
+                           f"{default!r} is not among the tenant's allowedQosClasses "
+                           f"({', '.join(allowed)}): every pod without a class would be refused; "
+                           "add it there or pick one of them"))
         if backend is not None and backend.queue_kind:
             queues = tenant.get("queues")
             if not (isinstance(queues, dict) and queues.get(backend.name)):

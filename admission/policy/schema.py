@@ -54,7 +54,8 @@ FIELD_DOCS: dict[str, str] = {
     "Policy.apiVersion": "The policy format's version.",
     "Policy.kind": "Always `Policy`.",
     "Policy.tenants": "Who may use the cluster. A pod's tenant is always its namespace's "
-    "tenant; pods in namespaces no tenant lists pass the webhook untouched.",
+    "tenant; pods in namespaces no tenant lists pass the webhook untouched (less any "
+    "Berth-owned `berth.dev/` key or gate they bring).",
     "Policy.gpuModels": "GPU models as GPU Feature Discovery names them (node label "
     "`nvidia.com/gpu.product`), with the memory that turns a GPU-memory request into a share "
     "and the power figures of the energy term.",
@@ -81,7 +82,8 @@ FIELD_DOCS: dict[str, str] = {
     "Tenant.defaultQosClass": "The QoS class of its pods that name none (annotation "
     "`berth.dev/qos-class`); declared under `qosClasses`.",
     "Tenant.priority": "Default priority of its gangs; a pod may set `berth.dev/priority`. "
-    "Higher goes first; waiting adds `solver.weights.agingPerHour` per hour.",
+    "Higher goes first; waiting adds `solver.weights.agingPerHour` per hour. Must lie within "
+    "the tenant's priority bound (`limits.maxPriority`, else `admission.maxPriority`).",
     "Tenant.limits": "Per-request ceilings checked at admission.",
     "Tenant.queues": "The tenant's queue in each release backend that has queues.",
     # Quota, Borrowing, Limits, Queues
@@ -91,6 +93,9 @@ FIELD_DOCS: dict[str, str] = {
     "Limits.maxGpusPerPod": "A pod asking for more GPUs is refused at admission; unset: "
     "no limit.",
     "Limits.maxGangSize": "A gang of more pods is refused at admission; unset: no limit.",
+    "Limits.maxPriority": "Highest `berth.dev/priority` a pod of the tenant may ask for (the "
+    "lowest is its negative); a pod beyond it is refused at admission with the bound named. "
+    "Unset: `admission.maxPriority`.",
     "Queues.kueue": "The Kueue LocalQueue, in each of the tenant's namespaces; required when "
     "`release.backend` is `kueue`.",
     "Queues.volcano": "The Volcano Queue; required when `release.backend` is `volcano`.",
@@ -164,6 +169,10 @@ FIELD_DOCS: dict[str, str] = {
     "`tenants[].queues.volcano`).",
     "Admission.tenantMismatch": "A pod labelled for a tenant other than its namespace's: "
     "`refuse` it, or `overwrite` the label.",
+    "Admission.maxPriority": "Highest `berth.dev/priority` a pod may ask for (the lowest "
+    "is its negative), for every tenant without its own `limits.maxPriority`. Priority weighs "
+    "a gang against every other tenant's waiting work, so it is bounded like any value a "
+    "user may set.",
     "Admission.requireGangSize": "Refuse gang pods whose size the pod itself does not "
     "state (Volcano, KAI and owner gangs).",
 }

@@ -7,14 +7,14 @@ One adapter per backend (time-slicing, MPS, MIG, HAMi, none), chosen by the poli
 from __future__ import annotations
 
 from admission.policy import Sharing
-from admission.sharing.base import SharingAdapter, SharingError, Translation
+from admission.sharing.base import Reading, SharingAdapter, SharingError, Translation
 from admission.sharing.hami import HamiAdapter
 from admission.sharing.mig import MigAdapter
 from admission.sharing.mps import MpsAdapter
 from admission.sharing.none import NoSharing
 from admission.sharing.timeslicing import TimeSlicingAdapter
 
-__all__ = ["SharingAdapter", "SharingError", "Translation", "adapter_for"]
+__all__ = ["Reading", "SharingAdapter", "SharingError", "Translation", "adapter_for"]
 
 
 def adapter_for(sharing: Sharing) -> SharingAdapter:

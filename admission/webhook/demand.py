@@ -1,9 +1,18 @@
 """Reading a pod's GPU demand from the vocabulary users already write.
 
-Whole GPUs come from ``nvidia.com/gpu`` in a container's limits (or requests); a share of one
-GPU from Berth's ``gpu-fraction`` / ``gpu-memory`` annotations or KAI's ``gpu-fraction`` /
-``gpu-memory``; acceptable models from Berth's ``gpu-models``, HAMi's ``use-gputype`` or a node
-selector on GPU Feature Discovery's product label. Anything unreadable raises
+Whole GPUs come from ``nvidia.com/gpu`` in any container's limits (or requests): app
+containers, init containers and sidecars (init containers with ``restartPolicy: Always``),
+added up the way Kubernetes computes a pod's effective request. A share of one GPU comes from
+Berth's ``gpu-fraction`` / ``gpu-memory`` annotations, KAI's ``gpu-fraction`` /
+``gpu-memory``, or the sharing backend's own resources (``nvidia.com/gpu.shared`` slots, a
+``nvidia.com/mig-<profile>``, HAMi's ``gpucores``), read back by the backend's adapter. Any
+other GPU resource under ``nvidia.com/`` is refused with the key to use. Acceptable models come
+from Berth's ``gpu-models``, HAMi's ``use-gputype`` or a node selector on GPU Feature
+Discovery's product label.
+
+Every number is parsed strictly (ASCII digits, bounded length): ``str.isdigit`` and ``int``
+accept superscripts, other scripts' digits, underscores and thousands of digits, and the
+controller must read back exactly what was screened. Anything unreadable raises
 :class:`PodProblem` naming the field and the fix.
 """
 
@@ -11,12 +20,19 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from admission import constants as c
+from admission.sharing import Reading, SharingAdapter, SharingError
 
-_MEMORY = re.compile(r"^\s*(\d+)\s*(Mi|Gi|M|G)?\s*$")
+# ("containers", 2) or ("initContainers", 0): where a container sits in the pod spec.
+Slot = tuple[str, int]
+
+MAX_DIGITS = 6  # a GPU count, slot count or MiB figure longer than this is not a real request
+_INT = re.compile(rf"[0-9]{{1,{MAX_DIGITS}}}")
+_MEMORY = re.compile(rf"([0-9]{{1,{MAX_DIGITS}}})(Mi|Gi|M|G)?")
+_DECIMAL = re.compile(r"[0-9]{0,3}(\.[0-9]{1,9})?")
 
 
 class PodProblem(ValueError):
@@ -35,13 +51,21 @@ class GpuDemand(NamedTuple):
 
     count: int  # type: ignore[assignment]  # whole GPUs, or 1 for a share (hides tuple.count)
     fraction: float | None  # share of one GPU the pod asked for (None: whole GPUs)
-    fraction_source: str | None  # annotation key the fraction came from
+    fraction_path: str | None  # field the fraction came from
     memory_mib: int  # GPU memory asked for on one GPU (0: not asked)
-    container: int  # container that carries the GPU resources
-    gpu_containers: tuple[int, ...]  # containers that get the assignment env
+    container: Slot  # container that carries a share asked for by annotation only
+    gpu_containers: tuple[Slot, ...]  # containers that get GPU resources and the assignment env
     models: tuple[str, ...]  # models the pod itself asked for (empty: none named)
-    containers: tuple[Mapping[str, Any], ...] = ()  # spec.containers, already checked
-    gpu_counts: tuple[int, ...] = ()  # whole GPUs each of ``containers`` asks for
+    containers: Mapping[str, Sequence[Mapping[str, Any]]] = {}  # by spec key, already checked
+    gpu_counts: Mapping[Slot, int] = {}  # whole GPUs each container asks for (absent: none)
+    direct: Reading | None = None  # a share asked for in the sharing backend's own resources
+    memory_path: str | None = None  # field the GPU memory came from
+
+
+def shown(raw: object, limit: int = 40) -> str:
+    """``raw`` as a message quotes it, cut short: a refusal must not echo a 256 KiB value."""
+    text = repr(raw)
+    return text if len(text) <= limit else text[:limit] + "...'"
 
 
 def mapping(obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
@@ -73,12 +97,37 @@ def containers(spec: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     return value
 
 
-def _gpus(container: Mapping[str, Any], key: str, index: int) -> int:
-    """Whole GPUs in ``spec.<key>[index]``'s limits (else requests). Field paths are built
-    only for an error message: this runs for every container of every GPU pod."""
+def whole_number(raw: object, path: str, what: str, reason: str) -> int:
+    """A non-negative count written in ASCII digits (as the apiserver writes quantities), at
+    most :data:`MAX_DIGITS` long; :class:`PodProblem` naming ``path`` otherwise."""
+    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw < 10 ** MAX_DIGITS:
+        return raw
+    if isinstance(raw, str) and _INT.fullmatch(raw):
+        return int(raw)
+    raise PodProblem(path, f"must be a whole number of {what} in digits 0-9 (at most "
+                           f"{MAX_DIGITS}), got {shown(raw)}", reason)
+
+
+# A resource that asks for a GPU or a part of one: ``nvidia.com/gpu``, the sharing backends'
+# ``nvidia.com/gpu.shared``, ``nvidia.com/mig-*``, HAMi's ``nvidia.com/gpu*``. (Other
+# ``nvidia.com/`` resources, such as network devices, are not GPUs.)
+_NVIDIA = c.NVIDIA_PREFIX
+_AFTER = len(_NVIDIA)
+_GPU_FAMILIES = ("gpu", "mig-")
+
+
+def gpu_resource(name: str) -> bool:
+    return name.startswith(_NVIDIA) and name.startswith(_GPU_FAMILIES, _AFTER)
+
+
+def _gpu_resources(container: Mapping[str, Any], key: str, index: int) -> dict[str, int]:
+    """The GPU resources of ``spec.<key>[index]`` (limits, else requests; both must agree).
+    Field paths are built only for an error message: this runs for every container of every
+    pod that reaches the webhook."""
+    found: dict[str, int] = {}
     resources = container.get("resources")
     if resources is None:
-        return 0
+        return found
     if not isinstance(resources, dict):
         mapping(container, "resources", f"spec.{key}[{index}].resources")  # raises
     for kind in ("limits", "requests"):
@@ -87,18 +136,43 @@ def _gpus(container: Mapping[str, Any], key: str, index: int) -> int:
             continue
         if not isinstance(values, dict):
             mapping(resources, kind, f"spec.{key}[{index}].resources.{kind}")  # raises
-        if c.RESOURCE_GPU in values:
-            raw = values[c.RESOURCE_GPU]
-            text = str(raw).strip() if not isinstance(raw, bool) else ""
-            if not text.isdigit():
-                raise PodProblem(
-                    f"spec.{key}[{index}].resources.{kind}[{c.RESOURCE_GPU}]",
-                    f"must be a whole number of GPUs, got {raw!r}; for a share of one GPU "
-                    f"set the annotation {c.ANNOTATION_FRACTION} (e.g. \"0.5\")",
-                    "bad-gpu-count",
-                )
-            return int(text)
-    return 0
+        for name, raw in values.items():
+            if not (name.startswith(_NVIDIA) and name.startswith(_GPU_FAMILIES, _AFTER)):
+                continue
+            if raw.__class__ is str and raw.isascii() and raw.isdigit() and len(raw) <= MAX_DIGITS:
+                n = int(raw)  # the common case, as the apiserver writes it: "8"
+            elif name == c.RESOURCE_GPU:
+                n = _gpu_count(raw, resource_path(key, index, kind, name))
+            else:
+                n = whole_number(raw, resource_path(key, index, kind, name), "devices",
+                                 "bad-gpu-resource")
+            before = found.get(name)
+            if before is None:
+                found[name] = n
+            elif before != n:
+                raise PodProblem(resource_path(key, index, kind, name),
+                                 f"is {n} but the limit is {before}; a device's request must "
+                                 "equal its limit (or be left out)", "bad-gpu-count")
+    return found
+
+
+def resource_path(key: str, index: int, kind: str, name: str) -> str:
+    return f"spec.{key}[{index}].resources.{kind}[{name}]"
+
+
+def _first_path(container: Mapping[str, Any], key: str, index: int, name: str) -> str:
+    """The field a resource of a container was read from (limits first)."""
+    resources = container.get("resources") or {}
+    kind = "limits" if name in (resources.get("limits") or {}) else "requests"
+    return resource_path(key, index, kind, name)
+
+
+def _gpu_count(raw: object, path: str) -> int:
+    try:
+        return whole_number(raw, path, "GPUs", "bad-gpu-count")
+    except PodProblem as problem:
+        raise PodProblem(path, f"{problem.message}; for a share of one GPU set the annotation "
+                               f"{c.ANNOTATION_FRACTION} (e.g. \"0.5\")", "bad-gpu-count") from None
 
 
 def _fraction(annotations: Mapping[str, str]) -> tuple[float | None, str | None]:
@@ -109,14 +183,14 @@ def _fraction(annotations: Mapping[str, str]) -> tuple[float | None, str | None]
         if key not in annotations:
             continue
         raw = annotations[key]
-        try:
-            value = float(raw)
-        except ValueError:
+        if not (_DECIMAL.fullmatch(raw) and raw not in ("", ".")):
             raise PodProblem(f"metadata.annotations[{key}]",
-                             f"must be a number in (0, 1], got {raw!r}", "bad-fraction") from None
+                             f"must be a number in (0, 1], got {shown(raw)}; write it like \"0.5\"",
+                             "bad-fraction")
+        value = float(raw)
         if not math.isfinite(value) or not 0 < value <= 1:
             raise PodProblem(f"metadata.annotations[{key}]",
-                             f"must be in (0, 1], got {raw!r}; for more than one GPU "
+                             f"must be in (0, 1], got {shown(raw)}; for more than one GPU "
                              f"request whole GPUs with {c.RESOURCE_GPU}", "bad-fraction")
         found.append((key, value))
     if len(found) == 2 and abs(found[0][1] - found[1][1]) > 1e-9:
@@ -125,23 +199,23 @@ def _fraction(annotations: Mapping[str, str]) -> tuple[float | None, str | None]
             f"says {found[1][1]:g} but {c.ANNOTATION_FRACTION} says {found[0][1]:g}; keep one",
             "bad-fraction",
         )
-    return (found[0][1], found[0][0]) if found else (None, None)
+    return found[0][1], f"metadata.annotations[{found[0][0]}]"
 
 
-def _memory(annotations: Mapping[str, str]) -> int:
+def _memory(annotations: Mapping[str, str]) -> tuple[int, str | None]:
     for key in (c.ANNOTATION_GPU_MEMORY, c.KAI_MEMORY):
         if key in annotations:
             raw = annotations[key]
-            m = _MEMORY.match(raw)
+            m = _MEMORY.fullmatch(raw)
             if not m or int(m.group(1)) < 1:
                 raise PodProblem(
                     f"metadata.annotations[{key}]",
-                    f"must be GPU memory in MiB (e.g. \"20480\" or \"20Gi\"), got {raw!r}",
+                    f"must be GPU memory in MiB (e.g. \"20480\" or \"20Gi\"), got {shown(raw)}",
                     "bad-gpu-memory",
                 )
             scale = 1024 if m.group(2) in ("Gi", "G") else 1
-            return int(m.group(1)) * scale
-    return 0
+            return int(m.group(1)) * scale, f"metadata.annotations[{key}]"
+    return 0, None
 
 
 def _models(annotations: Mapping[str, str], node_selector: Mapping[str, str]) -> tuple[str, ...]:
@@ -157,21 +231,66 @@ def _models(annotations: Mapping[str, str], node_selector: Mapping[str, str]) ->
     return tuple(dict.fromkeys(names))
 
 
-def read_demand(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> GpuDemand | None:
+def _vocabulary(adapter: SharingAdapter) -> str:
+    """How a pod asks for GPUs on this cluster (the fix in a refusal of another resource)."""
+    own = (f", or the sharing backend's {', '.join(sorted(adapter.resources))}"
+           if adapter.resources else "")
+    return (f"ask for whole GPUs with {c.RESOURCE_GPU}, for a share with the annotation "
+            f"{c.ANNOTATION_FRACTION} (e.g. \"0.5\"){own}")
+
+
+def effective_count(counts: Mapping[Slot, int], inits: Sequence[Mapping[str, Any]]) -> int:
+    """The pod's GPUs as Kubernetes computes an effective request: the larger of the app
+    containers plus every sidecar, and the peak while init containers run one by one (each
+    beside the sidecars started before it)."""
+    sidecars = [ct.get("restartPolicy") == "Always" for ct in inits]
+    app = sum(n for (key, i), n in counts.items() if key == "containers" or sidecars[i])
+    peak = running = 0
+    for i, sidecar in enumerate(sidecars):
+        n = counts.get(("initContainers", i), 0)
+        if sidecar:
+            running += n
+            peak = max(peak, running)
+        else:
+            peak = max(peak, n + running)
+    return max(app, peak)
+
+
+def read_demand(pod: Mapping[str, Any], annotations: Mapping[str, str],
+                adapter: SharingAdapter) -> GpuDemand | None:
     """The pod's GPU demand, or None when it asks for no GPU at all."""
     spec = mapping(pod, "spec", "spec")
-    mains = containers(spec, "containers")
-    inits = containers(spec, "initContainers")
-    per_main = [_gpus(ct, "containers", i) for i, ct in enumerate(mains)]
-    per_init = [_gpus(ct, "initContainers", i) for i, ct in enumerate(inits)]
-    if annotations:
-        fraction, source = _fraction(annotations)
-        memory = _memory(annotations)
+    by_key = {"containers": containers(spec, "containers"),
+              "initContainers": containers(spec, "initContainers")}
+    counts: dict[Slot, int] = {}
+    direct: tuple[Slot, Reading, str] | None = None
+    for key, listed in by_key.items():
+        for i, ct in enumerate(listed):
+            found = _gpu_resources(ct, key, i)
+            if not found:
+                continue
+            if len(found) == 1 and c.RESOURCE_GPU in found:  # whole GPUs: the common case
+                if found[c.RESOURCE_GPU]:  # nvidia.com/gpu: 0 asks for nothing
+                    counts[(key, i)] = found[c.RESOURCE_GPU]
+                continue
+            if found.get(c.RESOURCE_GPU) == 0:
+                del found[c.RESOURCE_GPU]
+            others = [name for name in found if name != c.RESOURCE_GPU]
+            paths = {name: _first_path(ct, key, i, name) for name in found}
+            direct = _direct(adapter, found, paths, others, direct, (key, i))
+    mains, inits = by_key["containers"], by_key["initContainers"]
+    if not counts:
+        count = 0
+    elif inits:
+        count = effective_count(counts, inits)
     else:
-        fraction, source, memory = None, None, 0
-    # Init containers run one at a time before the main ones: the pod holds the larger need.
-    count = max(sum(per_main), max(per_init, default=0))
-    if count == 0 and fraction is None and memory == 0:
+        count = sum(counts.values())
+    if annotations:
+        fraction, fraction_path = _fraction(annotations)
+        memory, memory_path = _memory(annotations)
+    else:
+        fraction, fraction_path, memory, memory_path = None, None, 0, None
+    if count == 0 and fraction is None and memory == 0 and direct is None:
         return None
     if not mains:
         raise PodProblem("spec.containers", "a pod needs at least one container", "malformed-pod")
@@ -182,7 +301,22 @@ def read_demand(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> GpuDe
             f"or for whole GPUs with {c.RESOURCE_GPU}",
             "bad-fraction",
         )
-    gpu_containers = tuple([i for i, n in enumerate(per_main) if n > 0])
+    node_selector = (string_map(spec, "nodeSelector", "spec.nodeSelector")
+                     if "nodeSelector" in spec else {})
+    models = _models(annotations, node_selector) if annotations or node_selector else ()
+    if direct is not None:
+        slot, reading, path = direct
+        asked = fraction_path or memory_path
+        if asked:
+            raise PodProblem(asked, f"asks for a share that {path} already asks for; keep one",
+                             "bad-fraction")
+        if count:
+            raise PodProblem(path, f"a share of one GPU cannot be combined with {count} whole "
+                                   f"GPUs ({c.RESOURCE_GPU}) in other containers", "bad-fraction")
+        return GpuDemand(count=1, fraction=reading.milli / 1000, fraction_path=path,
+                         memory_mib=reading.memory_mib, container=slot, gpu_containers=(slot,),
+                         models=models, containers=by_key, gpu_counts={}, direct=reading,
+                         memory_path=path)
     shared = fraction is not None or memory > 0
     if shared and count > 1:
         raise PodProblem(
@@ -191,27 +325,51 @@ def read_demand(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> GpuDe
             f"drop the fraction/memory annotation or set {c.RESOURCE_GPU} to 1",
             "bad-fraction",
         )
-    target = gpu_containers[0] if gpu_containers else 0
+    asking = tuple(counts)  # app containers first, then init containers, each in order
+    target: Slot = asking[0] if asking else ("containers", 0)
     wanted = annotations.get(c.KAI_FRACTION_CONTAINER)
     if shared and wanted:
-        names = [ct.get("name") for ct in mains]
-        if wanted not in names:
-            raise PodProblem(
-                f"metadata.annotations[{c.KAI_FRACTION_CONTAINER}]",
-                f"names no container of this pod ({', '.join(map(str, names))})",
-                "bad-fraction",
-            )
-        target = names.index(wanted)
-    node_selector = (string_map(spec, "nodeSelector", "spec.nodeSelector")
-                     if "nodeSelector" in spec else {})
+        target = _named(by_key, wanted)
+    slots = asking if asking and (not shared or target in asking) else (*asking, target)
     return GpuDemand(
         count=max(count, 1),
         fraction=fraction,
-        fraction_source=source,
+        fraction_path=fraction_path,
         memory_mib=memory,
         container=target,
-        gpu_containers=gpu_containers or (target,),
-        models=_models(annotations, node_selector) if annotations or node_selector else (),
-        containers=tuple(mains),
-        gpu_counts=tuple(per_main),
+        gpu_containers=slots,
+        models=models,
+        containers=by_key,
+        gpu_counts=counts,
+        memory_path=memory_path,
     )
+
+
+def _direct(adapter: SharingAdapter, found: Mapping[str, int], paths: Mapping[str, str],
+            others: list[str], before: tuple[Slot, Reading, str] | None, slot: Slot,
+            ) -> tuple[Slot, Reading, str]:
+    """The share one container asks for in the sharing backend's resources."""
+    path = paths[others[0]]
+    foreign = [name for name in others if name not in adapter.resources]
+    if foreign:
+        name = foreign[0]
+        raise PodProblem(paths[name], f"{name} is not a GPU resource this cluster hands out "
+                                      f"(sharing backend {adapter.name}); {_vocabulary(adapter)}",
+                         "bad-gpu-resource")
+    if before is not None:
+        raise PodProblem(path, f"{before[2]} already asks for a share; a pod takes one share "
+                               "of one GPU, in one container", "bad-fraction")
+    try:
+        return slot, adapter.read(found), path
+    except SharingError as exc:
+        raise PodProblem(path, str(exc), "sharing") from None
+
+
+def _named(by_key: Mapping[str, Sequence[Mapping[str, Any]]], wanted: str) -> Slot:
+    for key, listed in by_key.items():
+        for i, ct in enumerate(listed):
+            if ct.get("name") == wanted:
+                return key, i
+    names = [str(ct.get("name")) for listed in by_key.values() for ct in listed]
+    raise PodProblem(f"metadata.annotations[{c.KAI_FRACTION_CONTAINER}]",
+                     f"names no container of this pod ({', '.join(names)})", "bad-fraction")

@@ -47,11 +47,15 @@ def label_value(name: str) -> str:
     return f"{stem}-{digest}" if stem else f"g-{digest}"
 
 
+_SIZE = re.compile(r"-?[0-9]{1,6}")  # ASCII only: int() would take "١٢", "1_0" and " 12 "
+
+
 def _size(value: object, path: str) -> int:
-    try:
-        size = int(str(value).strip())
-    except ValueError:
-        raise GangError(path, f"must be a whole number of pods, got {value!r}") from None
+    text = value if isinstance(value, str) else ""
+    if not _SIZE.fullmatch(text):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "...'"
+        raise GangError(path, f"must be a whole number of pods in digits 0-9, got {shown}")
+    size = int(text)
     if size < 1:
         raise GangError(path, f"must be >= 1, got {size}")
     return size

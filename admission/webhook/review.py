@@ -2,17 +2,23 @@
 response (allowed, refused with a message, or allowed with a JSON Patch).
 
 No I/O and no API calls happen here; the webhook server only parses and serialises around
-:func:`review`. In scope are pod CREATEs in managed namespaces that ask for GPUs; everything
-else is allowed untouched. A pod in scope gets its tenant (always its namespace's), its gang,
-its demand validated against the policy and translated into the sharing backend's resources,
-Berth's labels and annotations, the downward-API env that will carry its GPU assignment, and
-Berth's scheduling gate.
+:func:`review`. In scope are pod CREATEs in managed namespaces that ask for GPUs. A pod in
+scope gets its tenant (always its namespace's), its gang, its demand validated against the
+policy and translated into the sharing backend's resources, Berth's labels and annotations,
+the downward-API env that will carry its GPU assignment, and Berth's scheduling gate.
+
+Nothing a pod brings is trusted: Berth's own keys (every label and annotation under
+``berth.dev/`` but the few a user may write, see :data:`admission.constants.USER_ANNOTATIONS`)
+are removed from any pod CREATE that reaches the webhook, in scope or not, and so is Berth's
+scheduling gate from a pod out of scope, each with a warning naming what went; a pod in scope
+gets Berth's values in their place. Every value a user may set is bounded by the policy.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from binascii import b2a_base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,12 +30,14 @@ from admission import constants as c
 from admission.backends import Backend, backend_named
 from admission.jsonpatch import PatchOp, pointer
 from admission.policy import Policy, Tenant
-from admission.sharing import SharingAdapter, SharingError, Translation, adapter_for
+from admission.sharing import Reading, SharingAdapter, SharingError, Translation, adapter_for
 from admission.webhook.demand import (
     GpuDemand,
     PodProblem,
+    Slot,
     mapping,
     read_demand,
+    shown,
     string_map,
 )
 from admission.webhook.gang import GangError, GangIdentity, identify_gang
@@ -100,6 +108,8 @@ class TenantRules:
     default_qos_class: str | None
     allowed_models: tuple[str, ...]  # empty: any model
     allowed_qos_classes: tuple[str, ...]  # empty: any class
+    max_priority: int  # |berth.dev/priority| <= this
+    priority_source: str  # the policy field the bound comes from
 
     @staticmethod
     def build(tenant: Tenant, policy: Policy) -> TenantRules:
@@ -113,6 +123,9 @@ class TenantRules:
             default_qos_class=tenant.default_qos_class,
             allowed_models=tuple(tenant.allowed_models),
             allowed_qos_classes=tuple(tenant.allowed_qos_classes),
+            max_priority=policy.max_priority(tenant),
+            priority_source=("limits.maxPriority" if tenant.limits.max_priority is not None
+                             else "admission.maxPriority"),
         )
 
 
@@ -258,17 +271,58 @@ def review(request: Mapping[str, Any], policy: Policy) -> Decision:
     ctx = context_for(policy)
     rules = ctx.by_namespace.get(str(namespace))
     if rules is None:
-        return _allow(uid, "unmanaged-namespace")
+        return _out_of_scope(uid, pod, meta, "unmanaged-namespace")
     try:
         mapping(pod, "metadata", "metadata")
         labels = string_map(meta, "labels", "metadata.labels")
         annotations = string_map(meta, "annotations", "metadata.annotations")
-        demand = read_demand(pod, annotations)
+        demand = read_demand(pod, annotations, ctx.adapter)
     except PodProblem as problem:
         return _deny(uid, [problem])
     if demand is None:
-        return _allow(uid, "no-gpu")
+        return _out_of_scope(uid, pod, meta, "no-gpu")
     return _admit(uid, request, pod, meta, labels, annotations, demand, rules, ctx)
+
+
+def _out_of_scope(uid: str, pod: Mapping[str, Any], meta: Mapping[str, Any],
+                  reason: str) -> Decision:
+    """Allowed, less Berth's own keys and gate when the pod brought any: a pod Berth does not
+    manage must not look managed (a forged tenant, placement or gate)."""
+    ops: list[PatchOp] = []
+    removed: list[str] = []
+    for where, owned in (("labels", c.berth_owned_label), ("annotations",
+                                                           c.berth_owned_annotation)):
+        values = meta.get(where)
+        if isinstance(values, dict) and values:
+            for key in [k for k in values if isinstance(k, str) and owned(k)]:
+                ops.append({"op": "remove", "path": pointer(("metadata", where, key))})
+                removed.append(f"metadata.{where}[{key}]")
+    spec = pod.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, dict) else None
+    if isinstance(gates, list):
+        for i in reversed(range(len(gates))):  # from the end: each removal shifts the rest
+            gate = gates[i]
+            if isinstance(gate, dict) and gate.get("name") == c.SCHEDULING_GATE:
+                ops.append({"op": "remove", "path": f"/spec/schedulingGates/{i}"})
+        if len(removed) < len(ops):
+            removed.append(f"spec.schedulingGates[{c.SCHEDULING_GATE}]")
+    if not ops:
+        return _allow(uid, reason)
+    response: AdmissionResponse = {
+        "uid": uid,
+        "allowed": True,
+        "patchType": "JSONPatch",
+        "patch": b2a_base64(dumps(ops), newline=False).decode("ascii"),
+        "warnings": [_removed_warning(removed)],
+    }
+    return Decision(response, Outcome.MUTATED, "berth-keys-removed")
+
+
+def _removed_warning(removed: Sequence[str], most: int = 6) -> str:
+    """One warning naming what was removed (the apiserver truncates long warnings)."""
+    named = ", ".join(removed[:most])
+    more = f" and {len(removed) - most} more" if len(removed) > most else ""
+    return f"Berth removed {named}{more}: only Berth sets them"
 
 
 def _admit(
@@ -294,38 +348,50 @@ def _admit(
     wanted = ctx.release.scheduler_name
     scheduler = _scheduler(spec, wanted, ctx.release.title, problems) if wanted else None
     models = _models(demand, rules, problems) if demand.models else rules.allowed_models
-    if demand.fraction is None and demand.memory_mib == 0:
-        milli, count = 1000, demand.count
+    translation: Translation | None
+    direct = demand.direct
+    if direct is not None:  # the backend's own resources, kept as the pod wrote them
+        milli, count = _direct_share(demand, direct, models, ctx, problems), 1
+        translation = direct.translation
     else:
-        milli, count = _share(demand, models, ctx, problems)
-    translation = _translate(ctx, milli, count, demand, problems)
+        if demand.fraction is None and demand.memory_mib == 0:
+            milli, count = 1000, demand.count
+        else:
+            milli, count = _share(demand, models, ctx, problems)
+        translation = _translate(ctx, milli, count, demand, problems)
     if translation is not None:
         milli = translation.milli
     fallback = str(request.get("name") or meta.get("name") or uid)
     gang = _gang(meta, labels, annotations, fallback, rules, ctx, problems)
     _check_limits(rules, count, milli, gang, problems)
-    qos = annotations.get(c.ANNOTATION_QOS_CLASS) or rules.default_qos_class
-    if qos is not None:
-        _check_qos(qos, rules, ctx, problems)
+    qos = _qos(labels, annotations, rules, ctx, problems)
     if c.ANNOTATION_TOPOLOGY in annotations:
         _check_topology(annotations, ctx, problems)
+    clamped = None
     if c.ANNOTATION_PRIORITY in annotations:
-        _check_priority(annotations, problems)
+        _check_priority(annotations, rules, problems)
+    else:
+        clamped = _class_priority(spec, rules, warnings)
     if problems or translation is None or gang is None:
         return _deny(uid, problems)
 
     patch = PatchBuilder(pod)
     _patch_metadata(patch, meta, rules, gang, qos, count, milli, demand, models, ctx, labels,
-                    annotations, warnings)
+                    annotations, warnings, clamped)
     _patch_resources(patch, demand, translation, ctx, milli)
-    _patch_env(patch, demand, translation, env_names)
+    _patch_env(patch, demand, translation if milli < 1000 else None, env_names, warnings)
     gates = spec.get("schedulingGates")
     if not isinstance(gates, list):
         # spec is the pod's own map here (a pod without one has no container, so no demand)
         patch.ops.append({"op": "add", "path": "/spec/schedulingGates",
                           "value": [{"name": c.SCHEDULING_GATE}]})
-    elif not any(isinstance(g, dict) and g.get("name") == c.SCHEDULING_GATE for g in gates):
-        patch.extend_list(("spec", "schedulingGates"), gates, _GATE)
+    else:
+        ours = [i for i, g in enumerate(gates)
+                if isinstance(g, dict) and g.get("name") == c.SCHEDULING_GATE]
+        if not ours:
+            patch.extend_list(("spec", "schedulingGates"), gates, _GATE)
+        for i in reversed(ours[1:]):  # the pod brought it more than once: keep the first
+            patch.ops.append({"op": "remove", "path": f"/spec/schedulingGates/{i}"})
     if scheduler is not None:
         patch.set(("spec", "schedulerName"), scheduler)
     response: AdmissionResponse = {
@@ -360,22 +426,22 @@ def _check_tenant(
         path = f"metadata.{where}[{c.LABEL_TENANT}]"
         if ctx.refuse_tenant_mismatch:
             problems.append(PodProblem(
-                path, f"claims tenant {claimed!r} but the namespace belongs to tenant "
+                path, f"claims tenant {shown(claimed)} but the namespace belongs to tenant "
                 f"{name!r}; remove it or set it to {name!r}", "tenant-mismatch"))
         else:
-            warnings.append(f"{path}: tenant {claimed!r} replaced by {name!r} "
+            warnings.append(f"{path}: tenant {shown(claimed)} replaced by {name!r} "
                             "(the namespace's tenant)")
 
 
-def _check_env(demand: GpuDemand, problems: list[PodProblem]) -> dict[int, set[str]]:
+def _check_env(demand: GpuDemand, problems: list[PodProblem]) -> dict[Slot, set[str]]:
     """The patch appends to each GPU container's env, which must therefore be a list of named
     entries; returns the names each GPU container's env already has (one walk serves both)."""
-    mains = demand.containers
-    names: dict[int, set[str]] = {}
-    for i in demand.gpu_containers:
-        env = mains[i].get("env")
+    names: dict[Slot, set[str]] = {}
+    for slot in demand.gpu_containers:
+        key, i = slot
+        env = demand.containers[key][i].get("env")
         if env is None:
-            names[i] = set()
+            names[slot] = set()
             continue
         have: set[str] = set()
         ok = isinstance(env, list)
@@ -387,9 +453,9 @@ def _check_env(demand: GpuDemand, problems: list[PodProblem]) -> dict[int, set[s
                     break
                 have.add(name)
         if ok:
-            names[i] = have
+            names[slot] = have
         else:
-            problems.append(PodProblem(f"spec.containers[{i}].env",
+            problems.append(PodProblem(f"spec.{key}[{i}].env",
                                        "must be a list of {name, value|valueFrom}",
                                        "malformed-pod"))
     return names
@@ -424,28 +490,54 @@ def _models(demand: GpuDemand, rules: TenantRules, problems: list[PodProblem]) -
     return demand.models
 
 
+def _smallest_memory(models: tuple[str, ...], ctx: ReviewContext) -> int | None:
+    known = [ctx.model_memory[m] for m in (models or tuple(ctx.model_memory))
+             if m in ctx.model_memory]
+    return min(known) if known else None
+
+
+def _memory_fits(demand: GpuDemand, smallest: int | None, problems: list[PodProblem]) -> bool:
+    if demand.memory_mib and smallest is not None and demand.memory_mib > smallest:
+        problems.append(PodProblem(
+            demand.memory_path or f"metadata.annotations[{c.ANNOTATION_GPU_MEMORY}]",
+            f"{demand.memory_mib} MiB is more than a {smallest} MiB GPU holds; ask for less "
+            "or restrict the pod to larger models", "bad-gpu-memory"))
+        return False
+    return True
+
+
+def _on_grid(milli: int, path: str | None, ctx: ReviewContext,
+             problems: list[PodProblem]) -> None:
+    grid = ctx.grid_milli
+    if milli not in grid and milli != 1000:
+        problems.append(PodProblem(
+            path or "metadata.annotations",
+            f"{milli / 1000:g} is not on this cluster's fraction grid; use one of "
+            f"{', '.join(f'{g / 1000:g}' for g in grid)}", "fraction-off-grid"))
+
+
+def _direct_share(demand: GpuDemand, direct: Reading, models: tuple[str, ...],
+                  ctx: ReviewContext, problems: list[PodProblem]) -> int:
+    """The milli-GPU of a share asked for in the backend's resources, checked like one asked
+    for by annotation (on the grid where the backend's shares are free, memory that fits)."""
+    _memory_fits(demand, _smallest_memory(models, ctx), problems)
+    if direct.on_grid:
+        _on_grid(direct.milli, demand.fraction_path, ctx, problems)
+    return direct.milli
+
+
 def _share(
     demand: GpuDemand, models: tuple[str, ...], ctx: ReviewContext, problems: list[PodProblem],
 ) -> tuple[int, int]:
     """(milli-GPU per GPU, GPU count) after the grid: an explicit fraction must sit on the grid,
     a memory request is rounded up to the next grid value."""
-    known = [ctx.model_memory[m] for m in (models or tuple(ctx.model_memory))
-             if m in ctx.model_memory]
-    smallest = min(known) if known else None
-    if demand.memory_mib and smallest is not None and demand.memory_mib > smallest:
-        problems.append(PodProblem(
-            f"metadata.annotations[{c.ANNOTATION_GPU_MEMORY}]",
-            f"{demand.memory_mib} MiB is more than a {smallest} MiB GPU holds; ask for less "
-            "or restrict the pod to larger models", "bad-gpu-memory"))
+    smallest = _smallest_memory(models, ctx)
+    if not _memory_fits(demand, smallest, problems):
         return 1000, 1
     grid = ctx.grid_milli
     if demand.fraction is not None:
         milli = round(demand.fraction * 1000)
-        if milli not in grid and milli != 1000:
-            problems.append(PodProblem(
-                f"metadata.annotations[{demand.fraction_source}]",
-                f"{demand.fraction:g} is not on this cluster's fraction grid; use one of "
-                f"{', '.join(f'{g / 1000:g}' for g in grid)}", "fraction-off-grid"))
+        _on_grid(milli, demand.fraction_path, ctx, problems)
         return milli, 1
     if smallest is None:
         problems.append(PodProblem(
@@ -463,8 +555,8 @@ def _translate(
     try:
         return ctx.translate(milli, count, demand.memory_mib)
     except SharingError as exc:
-        key = demand.fraction_source or c.ANNOTATION_GPU_MEMORY
-        problems.append(PodProblem(f"metadata.annotations[{key}]", str(exc), "sharing"))
+        path = demand.fraction_path or demand.memory_path or "metadata.annotations"
+        problems.append(PodProblem(path, str(exc), "sharing"))
         return None
 
 
@@ -516,13 +608,39 @@ def _check_limits(
             f"{ceiling / 1000:g} GPUs (quota plus borrowing); ask for less", "over-quota"))
 
 
+def _qos(
+    labels: Mapping[str, str], annotations: Mapping[str, str], rules: TenantRules,
+    ctx: ReviewContext, problems: list[PodProblem],
+) -> str | None:
+    """The pod's QoS class: the annotation or the label (the controller reads the label, which
+    Berth then writes with the class checked here), else the tenant's default."""
+    label = labels.get(c.LABEL_QOS_CLASS)
+    annotation = annotations.get(c.ANNOTATION_QOS_CLASS)
+    if label and annotation and label != annotation:
+        problems.append(PodProblem(
+            f"metadata.labels[{c.LABEL_QOS_CLASS}]",
+            f"says {shown(label)} but the annotation {c.ANNOTATION_QOS_CLASS} says "
+            f"{shown(annotation)}; keep one", "bad-qos-class"))
+        return None
+    if annotation:
+        _check_qos(annotation, f"metadata.annotations[{c.ANNOTATION_QOS_CLASS}]", rules, ctx,
+                   problems)
+        return annotation
+    if label:
+        _check_qos(label, f"metadata.labels[{c.LABEL_QOS_CLASS}]", rules, ctx, problems)
+        return label
+    qos = rules.default_qos_class
+    if qos is not None:
+        _check_qos(qos, f"metadata.annotations[{c.ANNOTATION_QOS_CLASS}]", rules, ctx, problems)
+    return qos
+
+
 def _check_qos(
-    name: str, rules: TenantRules, ctx: ReviewContext, problems: list[PodProblem],
+    name: str, path: str, rules: TenantRules, ctx: ReviewContext, problems: list[PodProblem],
 ) -> None:
-    path = f"metadata.annotations[{c.ANNOTATION_QOS_CLASS}]"
     if name not in ctx.qos_classes:
         known = ", ".join(sorted(ctx.qos_classes)) or "none"
-        problems.append(PodProblem(path, f"unknown QoS class {name!r}; use one of: {known}",
+        problems.append(PodProblem(path, f"unknown QoS class {shown(name)}; use one of: {known}",
                                    "bad-qos-class"))
     elif rules.allowed_qos_classes and name not in rules.allowed_qos_classes:
         problems.append(PodProblem(
@@ -539,14 +657,38 @@ def _check_topology(
         problems.append(PodProblem(
             f"metadata.annotations[{c.ANNOTATION_TOPOLOGY}]",
             f"must be <level> or required:<level> with a level of "
-            f"{', '.join(sorted(ctx.levels))}; got {raw!r}", "bad-topology"))
+            f"{', '.join(sorted(ctx.levels))}; got {shown(raw)}", "bad-topology"))
 
 
-def _check_priority(annotations: Mapping[str, str], problems: list[PodProblem]) -> None:
+_PRIORITY = re.compile(r"-?[0-9]{1,7}")  # ASCII only: the controller reads it with int()
+
+
+def _check_priority(annotations: Mapping[str, str], rules: TenantRules,
+                    problems: list[PodProblem]) -> None:
     raw = annotations[c.ANNOTATION_PRIORITY]
-    if not raw.strip().lstrip("-").isdigit():
-        problems.append(PodProblem(f"metadata.annotations[{c.ANNOTATION_PRIORITY}]",
-                                   f"must be a whole number, got {raw!r}", "bad-priority"))
+    bound = rules.max_priority
+    if _PRIORITY.fullmatch(raw) and -bound <= int(raw) <= bound:
+        return
+    problems.append(PodProblem(
+        f"metadata.annotations[{c.ANNOTATION_PRIORITY}]",
+        f"must be a whole number from -{bound} to {bound}, the priority bound of tenant "
+        f"{rules.name!r} (policy {rules.priority_source}); got {shown(raw)}", "bad-priority"))
+
+
+def _class_priority(spec: Mapping[str, Any], rules: TenantRules,
+                    warnings: list[str]) -> int | None:
+    """A pod without berth.dev/priority is weighed by its ``spec.priority``, which the
+    apiserver sets from the PriorityClass the pod names; beyond the tenant's bound, the bound
+    (written as berth.dev/priority, which the controller reads first)."""
+    value = spec.get("priority")
+    bound = rules.max_priority
+    if not isinstance(value, int) or isinstance(value, bool) or -bound <= value <= bound:
+        return None
+    clamped = max(-bound, min(bound, value))
+    warnings.append(f"spec.priority: {value} (its PriorityClass) is beyond tenant "
+                    f"{rules.name!r}'s priority bound; Berth weighs the pod at {clamped} "
+                    f"({c.ANNOTATION_PRIORITY})")
+    return clamped
 
 
 # --------------------------------------------------------------------------------------------
@@ -561,7 +703,7 @@ def _patch_metadata(
     patch: PatchBuilder, meta: Mapping[str, Any], rules: TenantRules, gang: GangIdentity,
     qos: str | None, count: int, milli: int, demand: GpuDemand, models: tuple[str, ...],
     ctx: ReviewContext, labels: Mapping[str, str], annotations: Mapping[str, str],
-    warnings: list[str],
+    warnings: list[str], priority: int | None,
 ) -> None:
     gang_label = gang.label
     new_labels = {
@@ -587,14 +729,22 @@ def _patch_metadata(
         new_annotations[c.ANNOTATION_GANG_SIZE] = str(gang.size)
     if queue:
         new_annotations[c.ANNOTATION_QUEUE] = queue
+    if priority is not None:
+        new_annotations[c.ANNOTATION_PRIORITY] = str(priority)
     ctx.release.creation_keys(queue=queue, group=gang_label, size=gang.size, labels=labels,
                               annotations=annotations, add_labels=new_labels,
                               add_annotations=new_annotations)
+    # Berth's own keys the pod brought and Berth does not write itself go (the rest are
+    # overwritten with Berth's values below).
+    prefix, user = c.BERTH_PREFIX, c.USER_ANNOTATIONS  # inlined: this runs for every key
+    drop_labels = [k for k in labels if k.startswith(prefix) and k not in new_labels]
+    drop = [k for k in annotations
+            if k.startswith(prefix) and k not in new_annotations and k not in user]
+    if drop_labels or drop:
+        warnings.append(_removed_warning([f"metadata.labels[{k}]" for k in drop_labels]
+                                         + [f"metadata.annotations[{k}]" for k in drop]))
     # ``meta`` is the pod's metadata map as it arrived (``{}`` when it had none).
-    patch.merge_map(_LABELS, meta.get("labels"), new_labels)
-    drop = [key for key in c.ASSIGNMENT_ANNOTATIONS if key in annotations] if annotations else []
-    for key in drop:
-        warnings.append(f"metadata.annotations[{key}]: removed; only Berth assigns GPUs")
+    patch.merge_map(_LABELS, meta.get("labels"), new_labels, drop_labels)
     existing = meta.get("annotations")
     if isinstance(existing, dict):
         patch.merge_map(_ANNOTATIONS, existing, new_annotations, drop)
@@ -608,45 +758,41 @@ def _patch_resources(
     patch: PatchBuilder, demand: GpuDemand, translation: Translation, ctx: ReviewContext,
     milli: int,
 ) -> None:
-    mains = demand.containers
+    """Each container that asked for GPUs gets them in the backend's vocabulary (a share goes to
+    every one of them, whole GPUs each its own count); a container that asked for none gets
+    nothing, unless the pod asked for its GPU by annotation only."""
+    if demand.direct is not None:
+        return  # the backend's own resources, kept as the pod wrote them
     if milli < 1000:
-        _apply(patch, mains, demand.container, translation)
+        for slot in demand.gpu_containers:
+            _apply(patch, demand, slot, translation)
         return
-    for i in demand.gpu_containers:
-        have = demand.gpu_counts[i] if demand.gpu_counts else _gpu_count(mains[i])
+    counts = demand.gpu_counts
+    for slot in demand.gpu_containers:
+        have = counts.get(slot, 0)
         t = ctx.translate(1000, have, 0) if have else translation
         if have and t.resources == ((c.RESOURCE_GPU, have),) and not t.remove:
             continue  # already says what the backend needs
-        _apply(patch, mains, i, t)
+        _apply(patch, demand, slot, t)
 
 
-def _gpu_count(container: Mapping[str, Any]) -> int:
-    resources = container.get("resources") or {}
-    for kind in ("limits", "requests"):
-        values = resources.get(kind) or {}
-        if c.RESOURCE_GPU in values:
-            return int(str(values[c.RESOURCE_GPU]).strip())
-    return 0
-
-
-def _apply(
-    patch: PatchBuilder, mains: Sequence[Mapping[str, Any]], index: int, translation: Translation
-) -> None:
-    resources = mains[index].get("resources") or {}
+def _apply(patch: PatchBuilder, demand: GpuDemand, slot: Slot, translation: Translation) -> None:
+    key, index = slot
+    resources = demand.containers[key][index].get("resources") or {}
     requests = resources.get("requests") or {}
-    base = ("spec", "containers", index, "resources")
+    base = ("spec", key, index, "resources")
     touch_requests = bool(requests) and (
         any(k in requests for k, _ in translation.resources)
         or any(k in requests for k in translation.remove))
     kept = {k for k, _ in translation.resources} if translation.remove else ()
-    for key in translation.remove:
-        if key not in kept:
-            patch.remove((*base, "limits", key))
-            patch.remove((*base, "requests", key))
-    for key, value in translation.resources:
-        patch.set((*base, "limits", key), str(value))
+    for name in translation.remove:
+        if name not in kept:
+            patch.remove((*base, "limits", name))
+            patch.remove((*base, "requests", name))
+    for name, value in translation.resources:
+        patch.set((*base, "limits", name), str(value))
         if touch_requests:
-            patch.set((*base, "requests", key), str(value))
+            patch.set((*base, "requests", name), str(value))
 
 
 # The downward-API env entries, built once: JSON serialisation never mutates them.
@@ -658,25 +804,35 @@ _DOWNWARD_NAMES = frozenset(name for name, _ in _DOWNWARD_ENTRIES)
 
 
 @lru_cache(maxsize=64)
-def _downward_ops(index: int) -> tuple[PatchOp, ...]:
-    """The ops appending every downward-API entry to container ``index``'s existing env: the
+def _downward_ops(slot: Slot) -> tuple[PatchOp, ...]:
+    """The ops appending every downward-API entry to container ``slot``'s existing env: the
     same on every pod, so built once (the patch is only serialised, never mutated)."""
-    path = pointer(("spec", "containers", index, "env")) + "/-"
+    path = pointer(("spec", *slot, "env")) + "/-"
     return tuple({"op": "add", "path": path, "value": entry} for _, entry in _DOWNWARD_ENTRIES)
 
 
 def _patch_env(
-    patch: PatchBuilder, demand: GpuDemand, translation: Translation,
-    env_names: Mapping[int, set[str]],
+    patch: PatchBuilder, demand: GpuDemand, share: Translation | None,
+    env_names: Mapping[Slot, set[str]], warnings: list[str],
 ) -> None:
-    mains = demand.containers
-    for i in demand.gpu_containers:
-        have = env_names[i]
-        env = mains[i].get("env")
-        extra = translation.env if i == demand.container else ()
+    """Berth's env on each GPU container: the downward-API entries and the share's own env
+    (MPS limits). An entry of the pod with one of those names is replaced: a container must
+    not set its own GPU assignment or lift its MPS limit."""
+    extra = share.env if share is not None else ()
+    berth = _DOWNWARD_NAMES | {n for n, _ in extra} if extra else _DOWNWARD_NAMES
+    for slot in demand.gpu_containers:
+        key, i = slot
+        have = env_names[slot]
+        env = demand.containers[key][i].get("env")
         if env is not None and not extra and have.isdisjoint(_DOWNWARD_NAMES):
-            patch.ops.extend(_downward_ops(i))  # the common case: a list to append to
+            patch.ops.extend(_downward_ops(slot))  # the common case: a list to append to
             continue
-        added: list[Any] = [entry for name, entry in _DOWNWARD_ENTRIES if name not in have]
-        added += [{"name": n, "value": v} for n, v in extra if n not in have]
-        patch.extend_list(("spec", "containers", i, "env"), env, added)
+        if env is not None and not have.isdisjoint(berth):
+            clash = [j for j, e in enumerate(env) if e["name"] in berth]
+            for j in reversed(clash):  # from the end: each removal shifts the rest
+                patch.ops.append({"op": "remove", "path": pointer(("spec", key, i, "env", j))})
+            warnings.append(f"spec.{key}[{i}].env: Berth replaced "
+                            f"{', '.join(sorted(have & berth))}: only Berth sets them")
+        added: list[Any] = [entry for _, entry in _DOWNWARD_ENTRIES]
+        added += [{"name": n, "value": v} for n, v in extra]
+        patch.extend_list(("spec", key, i, "env"), env, added)

@@ -6,10 +6,14 @@ HTTP 400 (413 when the body is too large); a pod the policy refuses gets HTTP 20
 failure inside review is logged and answered as a refusal that says so.
 
 Background work (a task the server starts and stops): the policy file is re-read every few
-seconds and swapped in when it changed and is valid (an invalid version is refused, logged and
-counted; the last good one stays), and the TLS pair is re-hashed and reloaded into the live
-context. ``berth serve`` reuses :func:`start_webhook` to run the webhook next to the
-controller.
+seconds, in a worker thread so that parsing a large or hostile file never stalls reviews, and
+swapped in when it changed and is valid (an invalid version is refused, logged and counted;
+the last good one stays), and the TLS pair is re-hashed and reloaded into the live context.
+
+Clients are bounded: a connection must finish a request's headers within ``idle_timeout`` of
+opening (or of its last answer) and its body within ``body_timeout``, so a client that stalls
+holds a connection for seconds, not an hour; one that goes away mid-body is logged in a line.
+``berth serve`` reuses :func:`start_webhook` to run the webhook next to the controller.
 
 Cost per review is what bounds throughput here (bench/webhook_load.md): the server runs on
 aiohttp's low-level server (see :class:`WebhookHandler`) and, when installed, on uvloop
@@ -27,7 +31,7 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import StreamReader, hdrs, web
@@ -70,13 +74,30 @@ class WebhookConfig:
     # None: /metrics on the webhook port (TLS). A port: plain HTTP /metrics there instead, so
     # the webhook port, which must be open to the apiserver, serves only what it needs.
     metrics_port: int | None = None
+    # A connection is closed when it has not sent a whole request's headers this long after
+    # opening or after its last answer (aiohttp's keep-alive timer; under the 90 s for which
+    # kube-apiserver keeps an idle connection, so the server is the side that closes).
+    idle_timeout: float = 60.0
+    body_timeout: float = 10.0  # most time a request's body may take to arrive (then 408)
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """What one look at the policy file found (built off the event loop)."""
+
+    digest: str = ""
+    unreadable: str = ""  # why the file could not be read ("" when it was)
+    checked: bool = False  # the content was new, so it was validated
+    policy: Policy | None = None
+    issues: tuple[PolicyIssue, ...] = field(default=())
 
 
 class PolicySource:
     """The policy in force, reloaded from its file when the content changes.
 
     The file is read by path each time, so a ConfigMap's symlink swap (``..data`` pointing to
-    a new directory) is seen like any other change.
+    a new directory) is seen like any other change. :meth:`check_async` reads and validates in
+    a worker thread and swaps on the loop; :meth:`check` does both in the caller's thread.
     """
 
     def __init__(self, path: Path, metrics: WebhookMetrics) -> None:
@@ -105,12 +126,30 @@ class PolicySource:
 
     def check(self) -> bool:
         """Reload when the file changed; True when a new version is now in force."""
+        return self._apply(self._probe())
+
+    async def check_async(self) -> bool:
+        """:meth:`check`, with the read and the validation in a worker thread."""
+        return self._apply(await asyncio.to_thread(self._probe))
+
+    def _probe(self) -> _Probe:
+        """Read the file and validate it when its content is new. Only reads this object's
+        state: it runs in a worker thread while the loop keeps serving."""
         try:
             text = self._read()
         except PolicyError as exc:
-            self._refuse(str(exc), "unreadable")  # logged once until the file changes
-            return False
+            return _Probe(unreadable=str(exc))
         digest = self._hash(text)
+        if digest in (self._digest, self._refused):
+            return _Probe(digest)
+        policy, issues = check_text(text)
+        return _Probe(digest, checked=True, policy=policy, issues=tuple(issues))
+
+    def _apply(self, probe: _Probe) -> bool:
+        if probe.unreadable:
+            self._refuse(probe.unreadable, "unreadable")  # logged once until the file changes
+            return False
+        digest = probe.digest
         if digest == self._digest:
             if self._refused:  # the file is back to the version in force
                 self._refused = ""
@@ -118,11 +157,11 @@ class PolicySource:
                 log.info("policy %s is back to generation %s", self.path,
                          self.policy.generation)
             return False
-        if digest == self._refused:
+        if digest == self._refused or not probe.checked:
             return False
-        policy, issues = check_text(text)
+        policy = probe.policy
         if policy is None:
-            self._refuse("\n".join(i.render(str(self.path)) for i in issues), digest)
+            self._refuse("\n".join(i.render(str(self.path)) for i in probe.issues), digest)
             return False
         old = self.policy.generation
         self.policy, self._digest, self._refused = policy, digest, ""
@@ -148,6 +187,7 @@ class WebhookState:
     metrics: WebhookMetrics
     tls: TlsReloader | None = None
     max_body: int = MAX_BODY
+    body_timeout: float = 10.0
     draining: bool = False
     in_flight: int = 0
 
@@ -192,15 +232,17 @@ class BodyTooLarge(Exception):
     pass
 
 
-async def _read_body(content: StreamReader, limit: int) -> bytes:
+async def _read_body(content: StreamReader, limit: int, timeout: float) -> bytes:
     """The whole body, or BodyTooLarge as soon as it passes ``limit`` (a chunked body has no
-    Content-Length to refuse it by up front)."""
+    Content-Length to refuse it by up front), or TimeoutError when it has not all arrived
+    within ``timeout`` seconds (however slowly it trickles in)."""
     chunks, size = [], 0
-    while chunk := await content.readany():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
+    async with asyncio.timeout(timeout):
+        while chunk := await content.readany():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge
+            chunks.append(chunk)
     return b"".join(chunks)  # one chunk (the usual case) is returned as it is, not copied
 
 
@@ -265,10 +307,25 @@ class WebhookHandler:
                 return _plain(417, f"unknown Expect: {expect}")
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         try:
-            body = await _read_body(request.content, limit)
+            body = await _read_body(request.content, limit, state.body_timeout)
         except BodyTooLarge:
             state.metrics.bad_requests.labels(code="413").inc()
             return _plain(413, f"body exceeds the {limit}-byte limit")
+        except TimeoutError:
+            state.metrics.bad_requests.labels(code="408").inc()
+            log.warning("client %s sent no whole body within %gs; connection closed",
+                        request.remote, state.body_timeout)
+            response = _plain(408, f"the body did not arrive within {state.body_timeout:g}s")
+            response.force_close()
+            await response.prepare(request)
+            await response.write_eof()
+            request.protocol.force_close()  # answered: no lingering read of a body not coming
+            return response
+        except ConnectionError as exc:  # the client went away mid-body: nothing to answer
+            state.metrics.bad_requests.labels(code="aborted").inc()
+            log.warning("client %s closed the connection before its body had arrived (%s)",
+                        request.remote, exc)
+            return _plain(400, "the connection was closed before the body had arrived")
         start = time.perf_counter()
         try:
             version, admission_request = parse_review(loads(body))
@@ -303,7 +360,7 @@ async def _watch(state: WebhookState, policy_interval: float, cert_interval: flo
     next_cert = time.monotonic() + cert_interval
     while True:
         await asyncio.sleep(policy_interval)
-        state.policies.check()
+        await state.policies.check_async()
         if state.tls is not None and time.monotonic() >= next_cert:
             next_cert = time.monotonic() + cert_interval
             _check_cert(state)
@@ -329,7 +386,8 @@ def new_state(config: WebhookConfig, metrics: WebhookMetrics | None = None) -> W
     tls = TlsReloader(config.cert_dir) if config.cert_dir is not None else None
     if tls is not None and tls.not_after is not None:
         metrics.cert_expiry.set(tls.not_after.timestamp())
-    return WebhookState(PolicySource(config.policy, metrics), metrics, tls, config.max_body)
+    return WebhookState(PolicySource(config.policy, metrics), metrics, tls, config.max_body,
+                        config.body_timeout)
 
 
 class WebhookServer:
@@ -340,8 +398,9 @@ class WebhookServer:
         self.config = config
         self.state = state
         self.handler = WebhookHandler(state, metrics=config.metrics_port is None)
-        self.runner = web.ServerRunner(web.Server(self.handler, access_log=None),
-                                       shutdown_timeout=config.shutdown_timeout)
+        self.runner = web.ServerRunner(
+            web.Server(self.handler, access_log=None, keepalive_timeout=config.idle_timeout),
+            shutdown_timeout=config.shutdown_timeout)
         self.metrics_server = (None if config.metrics_port is None else MetricsServer(
             state.metrics.registry, host=config.host, port=config.metrics_port))
         self._watcher: asyncio.Task[None] | None = None

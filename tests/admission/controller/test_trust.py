@@ -288,10 +288,6 @@ def test_a_huge_priority_is_bounded_and_the_model_stays_valid() -> None:
 
 
 def test_priority_is_held_to_the_tenants_max_priority() -> None:
-    from admission.policy import Limits
-
-    if "max_priority" not in Limits.model_fields:
-        pytest.skip("the policy has no limits.maxPriority yet")
     doc = copy.deepcopy(POLICY["tenants"])
     doc[0]["limits"] = {"maxPriority": 100}
     s = policy_settings(tenants=doc)

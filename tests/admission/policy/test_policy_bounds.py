@@ -1,0 +1,147 @@
+"""The policy file as an attacker (or a tired admin) may write it: numbers that are infinite,
+huge or not numbers, a priority beyond its bound, duplicate keys, an alias bomb, a recursive
+document. Each is refused by `berth policy check` with its path and the fix, quickly."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+import pytest
+
+from admission.policy import check_text
+
+BASE = "tenants: [{name: team-a, namespaces: [team-a]}]\n"
+
+
+def _issues(text: str) -> dict[str, str]:
+    policy, issues = check_text(textwrap.dedent(text))
+    assert policy is None, "expected the policy to be refused"
+    return {i.path: i.message for i in issues}
+
+
+NUMBERS = [
+    ("tenants[0].quota.gpus", "tenants: [{name: team-a, namespaces: [team-a], quota: {gpus: X}}]"),
+    ("tenants[0].borrowing.limitGpus",
+     "tenants: [{name: team-a, namespaces: [team-a], borrowing: {limitGpus: X}}]"),
+    ("tenants[0].weight", "tenants: [{name: team-a, namespaces: [team-a], weight: X}]"),
+    ("gpuModels[0].activeWatts", BASE + "gpuModels: [{name: m, memoryMiB: 10, activeWatts: X}]"),
+    ("gpuModels[0].memoryMiB", BASE + "gpuModels: [{name: m, memoryMiB: X}]"),
+    ("qosClasses[0].sloMs", BASE + "qosClasses: [{name: q, soloLatencyMs: 1, sloMs: X}]"),
+    ("batch.gangTimeoutSeconds", BASE + "batch: {gangTimeoutSeconds: X}"),
+    ("batch.windowSeconds", BASE + "batch: {windowSeconds: X}"),
+    ("solver.weights.fairness", BASE + "solver: {weights: {fairness: X}}"),
+    ("solver.timeLimitSeconds", BASE + "solver: {timeLimitSeconds: X}"),
+    ("sharing.fractionGrid[0]", BASE + "sharing: {fractionGrid: [X]}"),
+    ("admission.maxPriority", BASE + "admission: {maxPriority: X}"),
+    ("tenants[0].limits.maxGpusPerPod",
+     "tenants: [{name: team-a, namespaces: [team-a], limits: {maxGpusPerPod: X}}]"),
+    ("tenants[0].limits.maxGangSize",
+     "tenants: [{name: team-a, namespaces: [team-a], limits: {maxGangSize: X}}]"),
+    ("tenants[0].priority", "tenants: [{name: team-a, namespaces: [team-a], priority: X}]"),
+]
+FLOATS = {"tenants[0].quota.gpus", "tenants[0].borrowing.limitGpus", "tenants[0].weight",
+          "gpuModels[0].activeWatts", "qosClasses[0].sloMs", "batch.gangTimeoutSeconds",
+          "batch.windowSeconds", "solver.weights.fairness", "solver.timeLimitSeconds",
+          "sharing.fractionGrid[0]"}
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "1e41", "1" + "0" * 30])
+@pytest.mark.parametrize(("path", "template"), NUMBERS, ids=[n[0] for n in NUMBERS])
+def test_every_number_is_finite_and_bounded(path: str, template: str, value: str) -> None:
+    issues = _issues(template.replace("X", value))
+    assert path in issues, issues
+    message = issues[path]
+    if path in FLOATS and value in (".inf", "-.inf", ".nan"):
+        assert "finite" in message or "must be >" in message, message
+    else:
+        assert message.startswith("must be"), message
+
+
+def test_a_refused_number_names_the_bound() -> None:
+    issues = _issues("tenants: [{name: team-a, namespaces: [team-a], quota: {gpus: 1e41}}]\n")
+    assert issues["tenants[0].quota.gpus"] == "must be <= 1000000, got '1e41'"
+    issues = _issues("tenants: [{name: team-a, namespaces: [team-a], quota: {gpus: .inf}}]\n")
+    assert issues["tenants[0].quota.gpus"] == "must be a finite number, got inf"
+
+
+def test_priority_bound_defaults_and_holds_the_tenant_default() -> None:
+    policy, _ = check_text(BASE)
+    assert policy is not None and policy.admission.max_priority == 100
+    assert policy.max_priority(policy.tenants[0]) == 100
+    issues_by_path = _issues("""\
+        tenants:
+          - {name: team-a, namespaces: [team-a], priority: 200}
+          - {name: team-b, namespaces: [team-b], priority: 20, limits: {maxPriority: 10}}
+          - {name: team-c, namespaces: [team-c], priority: -20, limits: {maxPriority: 30}}
+        """)
+    assert list(issues_by_path) == ["tenants[0].priority", "tenants[1].priority"]
+    assert "-100..100 (admission.maxPriority)" in issues_by_path["tenants[0].priority"]
+    assert "-10..10 (tenants[1].limits.maxPriority)" in issues_by_path["tenants[1].priority"]
+    policy, _ = check_text("admission: {maxPriority: 500}\n"
+                           "tenants: [{name: a, namespaces: [a], priority: 400}]\n")
+    assert policy is not None and policy.max_priority(policy.tenants[0]) == 500
+
+
+def test_duplicate_keys_name_both_lines() -> None:
+    policy, issues = check_text(textwrap.dedent("""\
+        tenants:
+          - name: team-a
+            namespaces: [team-a]
+            weight: 1
+            weight: 2
+        admission: {}
+        """))
+    assert policy is None
+    (issue,) = issues
+    assert (issue.path, issue.line) == ("tenants[0].weight", 5)
+    assert "first at line 4" in issue.message and "again at line 5" in issue.message
+    assert issue.render("p.yaml").startswith("p.yaml:5:5: tenants[0].weight: duplicate key")
+
+
+BOMB = "\n".join(
+    ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"{x}: &{x} [{','.join([f'*{p}'] * 9)}]" for p, x in zip("abcdefgh", "bcdefghi",
+                                                                 strict=True)]
+    + ["tenants: [{name: team-a, namespaces: [team-a]}]", ""])
+
+
+def test_an_alias_bomb_is_refused_quickly() -> None:
+    assert len(BOMB) < 1024
+    start = time.perf_counter()
+    policy, issues = check_text(BOMB)
+    assert time.perf_counter() - start < 1.0
+    assert policy is None
+    assert "more than 100000 values once its aliases are expanded" in issues[0].message
+
+
+def test_a_few_aliases_are_fine() -> None:
+    policy, issues = check_text(textwrap.dedent("""\
+        tenants:
+          - {name: team-a, namespaces: [team-a], limits: &limits {maxGpusPerPod: 8}}
+          - {name: team-b, namespaces: [team-b], limits: *limits}
+        """))
+    assert policy is not None, issues
+    assert policy.tenants[1].limits.max_gpus_per_pod == 8
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("a: &a [*a]\n" + BASE, "recursive"),
+    ("x: " + "[" * 5000 + "]" * 5000 + "\n" + BASE, "nested too deeply"),
+    ("#" * (1024 * 1024 + 1), "more than the 1048576 a policy may have"),
+])
+def test_degenerate_documents_are_refused_with_a_reason(text: str, needle: str) -> None:
+    start = time.perf_counter()
+    policy, issues = check_text(text)
+    assert time.perf_counter() - start < 2.0
+    assert policy is None
+    assert needle in issues[0].message, issues
+
+
+def test_the_default_qos_class_is_one_the_tenant_may_use() -> None:
+    issues = _issues("""\
+        tenants:
+          - {name: team-a, namespaces: [team-a], allowedQosClasses: [a], defaultQosClass: b}
+        qosClasses: [{name: a}, {name: b}]
+        """)
+    assert "not among the tenant's allowedQosClasses (a)" in issues["tenants[0].defaultQosClass"]
