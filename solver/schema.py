@@ -9,6 +9,7 @@ before it builds anything, so a user fixes all mistakes in one go; it raises
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -39,6 +40,15 @@ from solver.types import (
 
 T = TypeVar("T")
 
+#: The largest magnitude of any number in a snapshot: 10^9 milli-cores is a million cores,
+#: 10^9 MiB a petabyte, 10^9 milli-GPU a million GPUs, 10^9 seconds thirty years. Larger values
+#: are typos, and they would overflow the solver's 64-bit arithmetic.
+MAX_VALUE = 10**9
+#: Most pods in all gangs together, replicas counted.
+MAX_PODS = 100_000
+#: Longest text of a value quoted back in an error message.
+_QUOTE = 40
+
 
 @dataclass(frozen=True, slots=True)
 class FieldError:
@@ -62,6 +72,7 @@ class _Reader:
 
     def __init__(self) -> None:
         self.errors: list[FieldError] = []
+        self.pods = 0  # pods of all gangs so far, replicas counted
 
     def err(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
@@ -72,10 +83,11 @@ class _Reader:
             return None
         for key in value:
             if not isinstance(key, str) or key not in allowed:
-                near = difflib.get_close_matches(str(key), allowed, n=1) or [
-                    a for a in allowed if a.startswith(str(key))][:1]
+                name = _clip(str(key))
+                near = difflib.get_close_matches(name, allowed, n=1) or [
+                    a for a in allowed if a.startswith(name)][:1]
                 hint = f" (did you mean {near[0]!r}?)" if near else f"; known: {', '.join(allowed)}"
-                self.err(_join(path, str(key)), f"unknown field{hint}")
+                self.err(_join(path, name), f"unknown field{hint}")
         return value
 
     def items(self, value: object, path: str) -> list[Any]:
@@ -108,8 +120,11 @@ class _Reader:
         return v
 
     def integer(self, d: Mapping[str, Any], key: str, path: str, *, default: int = 0,
-            lo: int | None = 0, hi: int | None = None, required: bool = False,
+            lo: int | None = 0, hi: int | None = MAX_VALUE, required: bool = False,
             lo_open: bool = False) -> int:
+        """An integer in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``); ``lo=None``: down to
+        ``-MAX_VALUE``."""
+        lo = -MAX_VALUE if lo is None else lo
         v = d.get(key)
         if v is None:
             if required:
@@ -118,10 +133,13 @@ class _Reader:
         if isinstance(v, bool) or not isinstance(v, int):
             self.err(_join(path, key), f"must be an integer, got {_kind(v)}")
             return default
-        bad_lo = lo is not None and (v <= lo if lo_open else v < lo)
-        if bad_lo or (hi is not None and v > hi):
-            where = "in " if hi is not None else ""
-            self.err(_join(path, key), f"must be {where}{_range(lo, hi, lo_open)}, got {v}")
+        if (v <= lo if lo_open else v < lo) or (hi is not None and v > hi):
+            if hi == MAX_VALUE and v > hi:
+                bound = f"<= {MAX_VALUE}"
+            else:
+                bound = _range(lo, None if hi == MAX_VALUE else hi, lo_open)
+                bound = f"in {bound}" if bound.startswith(("[", "(")) else bound
+            self.err(_join(path, key), f"must be {bound}, got {_number(v)}")
             return default
         return v
 
@@ -133,19 +151,23 @@ class _Reader:
         return v if len(self.errors) == before else None
 
     def number(self, d: Mapping[str, Any], key: str, path: str, *, default: float,
-              lo: float | None = None, hi: float | None = None, positive: bool = False) -> float:
+              lo: float = -MAX_VALUE, hi: float = MAX_VALUE, positive: bool = False) -> float:
         v = d.get(key)
         if v is None:
             return default
-        if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
+        if isinstance(v, bool) or not isinstance(v, int | float):
             self.err(_join(path, key), f"must be a number, got {_kind(v)}")
             return default
-        f = float(v)
+        f = float(v) if not isinstance(v, int) or abs(v) <= MAX_VALUE else math.inf
+        bounds = f"({0:g}, {hi:g}]" if positive else f"[{lo:g}, {hi:g}]"
+        if not math.isfinite(f):
+            self.err(_join(path, key), f"must be a finite number in {bounds}, got {_number(v)}")
+            return default
         if positive and f <= 0:
             self.err(_join(path, key), f"must be > 0, got {v}")
             return default
-        if (lo is not None and f < lo) or (hi is not None and f > hi):
-            self.err(_join(path, key), f"must be in [{lo}, {hi}], got {v}")
+        if f < lo or f > hi:
+            self.err(_join(path, key), f"must be in {bounds}, got {_number(v)}")
             return default
         return f
 
@@ -175,7 +197,7 @@ class _Reader:
         out = {}
         for k, val in v.items():
             if not isinstance(k, str) or not isinstance(val, str):
-                self.err(_join(_join(path, key), str(k)), "keys and values must be strings")
+                self.err(_join(_join(path, key), _clip(str(k))), "keys and values must be strings")
                 continue
             out[k] = val
         return out
@@ -190,8 +212,9 @@ class _Reader:
         out = {}
         for k, val in v.items():
             if (not isinstance(k, str) or isinstance(val, bool)
-                    or not isinstance(val, int | float) or val < 0):
-                self.err(_join(_join(path, key), str(k)), "must be a number >= 0")
+                    or not isinstance(val, int | float) or not 0 <= val <= MAX_VALUE):
+                self.err(_join(_join(path, key), _clip(str(k))),
+                         f"must be a number in [0, {MAX_VALUE:g}], got {_kind(val)}")
                 continue
             out[k] = float(val)
         return out
@@ -218,13 +241,27 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def _clip(text: str) -> str:
+    return text if len(text) <= _QUOTE else text[: _QUOTE - 3] + "..."
+
+
+def _number(v: int | float) -> str:
+    """A number for an error message: a 400-digit integer is shown by its size."""
+    if isinstance(v, int) and abs(v) > 10**15:
+        digits = int(abs(v).bit_length() * math.log10(2)) + 1  # str() refuses 4,300+ digits
+        return f"a {'negative ' if v < 0 else ''}~{digits}-digit number"
+    return repr(v)
+
+
 def _kind(v: object) -> str:
     if v is None:
         return "nothing"
     if isinstance(v, bool):
         return f"boolean {v}"
-    if isinstance(v, int | float | str):
-        return f"{type(v).__name__} {v!r}"
+    if isinstance(v, int | float):
+        return f"{type(v).__name__} {_number(v)}"
+    if isinstance(v, str):
+        return f"str {_clip(v)!r}"
     return type(v).__name__
 
 
@@ -315,9 +352,9 @@ def _gpus(r: _Reader, value: object, path: str, node: str) -> tuple[GPU, ...]:
     return tuple(out)
 
 
-def _nodes(r: _Reader, value: object) -> tuple[Node, ...]:
+def _nodes(r: _Reader, value: object, names: set[str]) -> tuple[Node, ...]:
+    """The valid nodes; ``names`` gets the name of every node, valid or not."""
     out = []
-    names: set[str] = set()
     raw_nodes = r.items(value, "nodes")
     if not raw_nodes and value is not None:
         return ()
@@ -362,7 +399,10 @@ def _nodes(r: _Reader, value: object) -> tuple[Node, ...]:
     return tuple(out)
 
 
-def _running(r: _Reader, value: object, nodes: dict[str, Node]) -> tuple[Running, ...]:
+def _running(r: _Reader, value: object, nodes: dict[str, Node],
+             named: set[str]) -> tuple[Running, ...]:
+    """``named``: every node the snapshot names, also those with errors of their own (a pod on
+    one of them is not reported again)."""
     out = []
     for i, raw in enumerate(r.items(value, "running")):
         p = f"running[{i}]"
@@ -372,8 +412,8 @@ def _running(r: _Reader, value: object, nodes: dict[str, Node]) -> tuple[Running
         name = r.text(d, "name", p, required=True)
         node = r.text(d, "node", p, required=True)
         known = nodes.get(node)
-        if node and known is None and nodes:
-            r.err(f"{p}.node", f"unknown node {node!r}")
+        if node and known is None and nodes and node not in named:
+            r.err(f"{p}.node", f"unknown node {_clip(node)!r}")
         shares = []
         for k, s in enumerate(r.items(d.get("gpus"), f"{p}.gpus")):
             sp = f"{p}.gpus[{k}]"
@@ -492,6 +532,13 @@ def _pods(r: _Reader, value: object, path: str) -> tuple[PodRequest, ...]:
         )
         if not name or len(r.errors) > before:
             continue
+        if r.pods + replicas > MAX_PODS:
+            if r.pods <= MAX_PODS:
+                r.err(f"{p}.replicas", f"the gangs hold more than {MAX_PODS} pods in all "
+                      "(replicas counted); split the snapshot")
+                r.pods = MAX_PODS + 1
+            continue
+        r.pods += replicas
         names = [name] if replicas == 1 else [f"{name}-{k}" for k in range(replicas)]
         for n in names:
             pod = r.build(p, PodRequest, n, *fields)
@@ -580,7 +627,7 @@ def parse_policy(r: _Reader, value: object, path: str = "policy") -> SolverPolic
         if td is None:
             continue
         t = r.build(tp, TypicalPod, r.integer(td, "cpu_milli", tp),
-                    r.integer(td, "gpu_count", tp), r.integer(td, "gpu_milli", tp, hi=MILLI),
+                    r.integer(td, "gpu_count", tp, hi=64), r.integer(td, "gpu_milli", tp, hi=MILLI),
                     frozenset(r.str_list(td, "models", tp)),
                     r.number(td, "weight", tp, default=1.0, positive=True))
         if t is not None:
@@ -603,9 +650,10 @@ def parse_snapshot(data: object) -> Snapshot:
         raise SnapshotError(r.errors)
     if d.get("nodes") is None:
         r.err("nodes", "is required: the cluster's nodes")
-    nodes = _nodes(r, d.get("nodes"))
+    named: set[str] = set()
+    nodes = _nodes(r, d.get("nodes"), named)
     by_name = {n.name: n for n in nodes}
-    running = _running(r, d.get("running"), by_name)
+    running = _running(r, d.get("running"), by_name, named)
     tenants = _tenants(r, d.get("tenants"))
     gangs = _gangs(r, d.get("gangs"), {t.name for t in tenants})
     policy = parse_policy(r, d.get("policy"))

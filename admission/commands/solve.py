@@ -12,7 +12,6 @@ import argparse
 import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from admission.cli import UsageError
@@ -40,27 +39,57 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load(path: str) -> object:
-    import yaml
+    """The snapshot file's document, read with bounded work (admission.snapshot_file)."""
+    from admission.snapshot_file import DocumentError, load_document
 
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else path
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UsageError(f"{where}: not valid YAML or JSON: {problem}") from None
+        return load_document(path, what="a snapshot (YAML or JSON)")
+    except DocumentError as exc:
+        if len(exc.lines) == 1:
+            raise UsageError(exc.lines[0]) from None
+        raise _Rejected(_errors(path, list(exc.lines), prefixed=True)) from None
 
 
-def _errors(path: str, lines: list[str]) -> int:
-    for line in lines:
-        print(f"{path}: {line}", file=sys.stderr)
+class _Rejected(Exception):
+    """Errors already printed; the command exits with ``status``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+#: Most errors printed for one file; the rest are counted.
+MAX_PRINTED_ERRORS = 50
+
+
+def _errors(path: str, lines: list[str], *, prefixed: bool = False) -> int:
+    for line in lines[:MAX_PRINTED_ERRORS]:
+        print(line if prefixed else f"{path}: {line}", file=sys.stderr)
     n = len(lines)
+    more = n - MAX_PRINTED_ERRORS
+    if more > 0:
+        print(f"{path}: ... and {more} more", file=sys.stderr)
     print(f"{path}: {n} error{'s' if n != 1 else ''}; nothing was solved", file=sys.stderr)
     return 2
+
+
+#: Bounds of the numeric flags: CP-SAT's seed is a 32-bit integer; an hour is far beyond any
+#: batch window; more workers than this only contend for the machine.
+MAX_TIME_LIMIT_S = 3600.0
+MAX_SEED = 2**31 - 1
+MAX_WORKERS = 256
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    import math
+
+    if not (math.isfinite(args.time_limit) and 0 < args.time_limit <= MAX_TIME_LIMIT_S):
+        raise UsageError(f"--time-limit must be > 0 and at most {MAX_TIME_LIMIT_S:g} seconds, "
+                         f"got {args.time_limit}")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UsageError(f"--workers must be in 1..{MAX_WORKERS}, got {args.workers}")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UsageError(f"--seed must be in 0..{MAX_SEED}, got {args.seed}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,12 +97,11 @@ def run(args: argparse.Namespace) -> int:
     from solver.schema import SnapshotError, parse_snapshot, plan_to_dict
     from solver.types import ProblemError
 
-    if args.time_limit <= 0:
-        raise UsageError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
-    if args.workers < 1:
-        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    _check_flags(args)
     try:
         snapshot = parse_snapshot(_load(args.snapshot))
+    except _Rejected as exc:
+        return exc.status
     except SnapshotError as exc:
         return _errors(args.snapshot, [str(e) for e in exc.errors])
     if args.policy:
