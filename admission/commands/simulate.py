@@ -15,6 +15,7 @@ generated cluster and workload (:func:`admission.simulate.replay_default`).
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,6 +46,12 @@ DEFAULT_SEEDS = "42,43,44,45,46,47,48,49,50,51"
 DEFAULT_BATCH_WINDOW = 128
 #: Where the no-argument run writes its plot (``out/`` is git-ignored).
 DEFAULT_PLOT = Path("out/simulate-default.png")
+#: Bounds of the --mode fgd flags: a batch window of 10,000 arrivals, 10 x the cluster's GPU
+#: capacity, ten minutes per window, 1,000 FGD passes per window.
+MAX_WINDOW = 10_000
+MAX_ARRIVAL = 10.0
+MAX_TIME_LIMIT_S = 600.0
+MAX_ORDERS = 1_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,6 +110,7 @@ def _add_timed_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_fgd_flags(args)
     no_input = args.nodes is None and args.pods is None
     if args.mode == "timed" or (no_input and args.mode is None):
         runner = run_timed if args.mode == "timed" else run_default
@@ -126,18 +134,30 @@ def _usage_errors() -> Iterator[None]:
 # --------------------------------------------------------------------------------------------
 
 
+def _check_fgd_flags(args: argparse.Namespace) -> None:
+    """The numbers only ``--mode fgd`` reads, checked whatever the mode (a flag given is meant
+    to be used; one out of range is a mistake either way)."""
+    window = _arg(args, "window", None)
+    if window is not None and not 1 <= window <= MAX_WINDOW:
+        raise UsageError(f"--window: must be in 1..{MAX_WINDOW} arrivals, got {window}")
+    arrival = _arg(args, "arrival", 1.3)
+    if not (math.isfinite(arrival) and 0 < arrival <= MAX_ARRIVAL):
+        raise UsageError(f"--arrival: must be > 0 and at most {MAX_ARRIVAL:g} (times the "
+                         f"cluster's GPU capacity), got {arrival:g}")
+    limit = _arg(args, "time_limit", 2.0)
+    if not (math.isfinite(limit) and 0 < limit <= MAX_TIME_LIMIT_S):
+        raise UsageError(f"--time-limit: must be > 0 and at most {MAX_TIME_LIMIT_S:g} "
+                         f"seconds, got {limit:g}")
+    orders = _arg(args, "orders", None)
+    if orders is not None and not 1 <= orders <= MAX_ORDERS:
+        raise UsageError(f"--orders: must be in 1..{MAX_ORDERS}, got {orders}")
+
+
 def run_fgd(args: argparse.Namespace) -> int:
     policy = args.policy or "fgd"
     greedy = policy != "cpsat"
     window = args.window if args.window is not None else (1 if greedy else DEFAULT_BATCH_WINDOW)
-    if window < 1:
-        raise UsageError(f"--window: must be >= 1, got {window}")
-    if not args.arrival > 0:
-        raise UsageError(f"--arrival: must be > 0, got {args.arrival}")
-    if not args.time_limit > 0:
-        raise UsageError(f"--time-limit: must be > 0, got {args.time_limit}")
-    if args.orders is not None and args.orders < 1:
-        raise UsageError(f"--orders: must be >= 1, got {args.orders}")
+    _check_fgd_flags(args)
     with _usage_errors():
         replay_fgd(nodes_file=args.nodes, pods_file=args.pods, policy=policy, window=window,
                    seeds=parse_seeds(args.seeds or DEFAULT_SEEDS), arrival=args.arrival,
@@ -158,14 +178,19 @@ def _arg(args: argparse.Namespace, name: str, default: Any) -> Any:
 
 
 def _first_seed(args: argparse.Namespace) -> int:
+    """The first of ``--seeds`` (the timed replay and the default run one seed), every seed
+    checked as in ``--mode fgd``."""
     seeds = _arg(args, "seeds", None)
     if seeds is None:
         return 0
-    if isinstance(seeds, str):
-        return int(seeds.split(",")[0])
-    if isinstance(seeds, Sequence):
-        return int(seeds[0])
-    return int(seeds)
+    if isinstance(seeds, str | int):
+        text = str(seeds)
+    elif isinstance(seeds, Sequence):
+        text = ",".join(str(s) for s in seeds)
+    else:
+        raise UsageError(f"--seeds: {seeds!r} is not a list of whole numbers")
+    with _usage_errors():
+        return parse_seeds(text)[0]
 
 
 def _contenders(args: argparse.Namespace, fallback: Sequence[Contender]) -> list[Contender]:

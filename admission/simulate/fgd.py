@@ -21,24 +21,52 @@ from pathlib import Path
 from typing import Any
 
 from admission.simulate.errors import SimulateError
+from admission.simulate.outputs import check_outputs, save_figure, write_text
 from admission.simulate.tracefiles import read_nodes, read_pods
+
+#: Seeds are 32-bit (CP-SAT's ``random_seed``); each one is a whole replay.
+MAX_SEED = 2**31 - 1
+MAX_SEEDS = 100
+#: Most pods one replay draws (about five minutes of greedy placement on 1,000 nodes).
+MAX_DRAWN_PODS = 1_000_000
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``42,43,44`` -> ``[42, 43, 44]``; blanks between commas are skipped."""
+    """``42,43,44`` -> ``[42, 43, 44]``; blanks between commas are skipped. Each seed is a
+    whole number in ``0..MAX_SEED``, at most ``MAX_SEEDS`` of them."""
     seeds = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
+        shown = part if len(part) <= 24 else part[:21] + "..."
         try:
-            seeds.append(int(part))
+            seed = int(part) if len(part) <= 24 else None
         except ValueError:
-            raise SimulateError(f"--seeds: {part!r} is not a whole number; "
-                                "write them like 42,43,44") from None
+            seed = None
+        if seed is None:
+            raise SimulateError(f"--seeds: {shown!r} is not a whole number; "
+                                "write them like 42,43,44")
+        if not 0 <= seed <= MAX_SEED:
+            raise SimulateError(f"--seeds: {shown} is out of range; each seed is a whole "
+                                f"number in 0..{MAX_SEED}")
+        seeds.append(seed)
+        if len(seeds) > MAX_SEEDS:
+            raise SimulateError(f"--seeds: more than {MAX_SEEDS} seeds; each is a whole replay, "
+                                "give fewer")
     if not seeds:
         raise SimulateError("--seeds: give at least one seed, like 42,43,44")
     return seeds
+
+
+def drawn_pods(nodes: list[Any], pods: list[Any], arrival: float) -> int:
+    """About how many pods the protocol draws to reach ``arrival`` x the GPU capacity."""
+    capacity = sum(len(n.gpus) for n in nodes) * 1000
+    demand = sum(p.num_gpu * p.gpu_milli for p in pods)
+    target = arrival * capacity
+    if demand <= 0 or demand >= target:
+        return len(pods)
+    return int(len(pods) * target / demand) + 1
 
 
 def replay_fgd(*, nodes_file: str, pods_file: str, policy: str, window: int,
@@ -48,10 +76,16 @@ def replay_fgd(*, nodes_file: str, pods_file: str, policy: str, window: int,
     """Read the node and pod lists, run the protocol for every seed, print the table and
     write the JSON and the plot where asked; returns the report. The files are named as the
     user gave them, which is how the report records them."""
+    check_outputs(json_path=json_path, plot_path=plot_path, inputs=(nodes_file, pods_file))
     nodes = read_nodes(Path(nodes_file))
     pods = read_pods(Path(pods_file))
     if not any(n.gpus for n in nodes):
         raise SimulateError(f"{nodes_file}: no node has a GPU; the protocol needs GPU nodes")
+    drawn = drawn_pods(nodes, pods, arrival)
+    if drawn > MAX_DRAWN_PODS:
+        raise SimulateError(f"--arrival: {arrival:g} x the GPU capacity of {nodes_file} takes "
+                            f"about {drawn} pods of {pods_file}, more than {MAX_DRAWN_PODS}; "
+                            "lower --arrival or use a smaller node list")
     report = simulate_fgd(nodes, pods, policy=policy, window=window, seeds=seeds,
                           arrival=arrival, time_limit=time_limit,
                           objective=objective, orders=orders)
@@ -186,16 +220,11 @@ def plot_curves(reports: dict[str, dict[str, Any]], out: Path, *, title: str,
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     try:
-        fig.savefig(out, dpi=120)
-    except OSError as exc:
-        raise SimulateError(f"{out}: cannot write the plot: {exc.strerror or exc}") from None
+        save_figure(fig, out, dpi=120)
     finally:
         plt.close(fig)
 
 
 def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(text)
-    except OSError as exc:
-        raise SimulateError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    write_text(path, text)
     print(f"wrote {path}", file=sys.stderr)

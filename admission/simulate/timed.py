@@ -11,6 +11,7 @@ calls is the command's part (admission/commands/simulate.py).
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from admission.simulate.errors import SimulateError
+from admission.simulate.outputs import check_outputs, save_figure, write_text
 from solver.simulate.timed import TimedConfig, TimedResult, simulate_timed
 
 if TYPE_CHECKING:
@@ -72,6 +74,22 @@ def parse_contenders(text: str) -> tuple[Contender, ...]:
 # --------------------------------------------------------------------------------------------
 
 
+#: Bounds of the timed replay's knobs: a batch window of a day, a solve of ten minutes per
+#: window, the clock stopped within 30,000 years, 10,000 gangs in one window's snapshot.
+MIN_WINDOW_S = 0.001
+MAX_WINDOW_S = 86_400.0
+#: Most batch windows a replay's span may hold (the clock stays exact to a window's width).
+MAX_WINDOWS = 10**9
+MAX_TIME_LIMIT_S = 600.0
+MAX_UNTIL_S = 1e12
+MAX_PENDING = 10_000
+MAX_CONTENDERS = 20
+#: A trace's times are stretched (``time_scale``) or its arrivals sped up (``speedup``) by at
+#: most this factor either way.
+MAX_FACTOR = 1e6
+#: Tenants a trace's pods are hashed into (named team-a to team-z).
+MAX_TENANTS = 26
+
 #: Flags behind the fields of :class:`TimedConfig`, for error messages.
 _FLAGS = {"window_s": "--window-s", "time_limit_s": "--time-limit",
           "max_pending": "--max-pending", "policy": "--policy/--compare"}
@@ -94,8 +112,20 @@ def build_configs(
     if unknown:
         raise SimulateError(f"--policy/--compare: unknown policy {unknown[0]!r}; choose from "
                             f"{', '.join(SolverName)}, each optionally with -oblivious")
-    if until_s is not None and until_s <= 0:
-        raise SimulateError(f"--until: must be > 0 seconds, got {until_s:g}")
+    if until_s is not None and not (math.isfinite(until_s) and 0 < until_s <= MAX_UNTIL_S):
+        raise SimulateError(f"--until: must be > 0 and at most {MAX_UNTIL_S:g} seconds, got "
+                            f"{until_s:g}; leave it out to run until nothing is left to happen")
+    if not (math.isfinite(window_s) and MIN_WINDOW_S <= window_s <= MAX_WINDOW_S):
+        raise SimulateError(f"--window-s: must be in [{MIN_WINDOW_S:g}, {MAX_WINDOW_S:g}] "
+                            f"seconds, got {window_s:g}")
+    if not (math.isfinite(time_limit_s) and 0 < time_limit_s <= MAX_TIME_LIMIT_S):
+        raise SimulateError(f"--time-limit: must be > 0 and at most {MAX_TIME_LIMIT_S:g} "
+                            f"seconds, got {time_limit_s:g}")
+    if not 1 <= max_pending <= MAX_PENDING:
+        raise SimulateError(f"--max-pending: must be in 1..{MAX_PENDING}, got {max_pending}")
+    if len(contenders) > MAX_CONTENDERS:
+        raise SimulateError(f"--compare: at most {MAX_CONTENDERS} policies, got "
+                            f"{len(contenders)}")
     try:
         return [
             TimedConfig(policy=c.policy, window_s=window_s, time_limit_s=time_limit_s,
@@ -213,14 +243,17 @@ def write_outputs(
 ) -> None:
     if json_path is not None:
         doc = {**(extra or {}), "results": [r.summary() for r in results]}
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(doc, indent=2) + "\n")
+        write_text(json_path, json.dumps(doc, indent=2) + "\n")
     if plot_path is not None:
         from admission.simulate.plots import timed_figure
 
-        fig = timed_figure(results, title=title)
-        plot_path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(plot_path, dpi=110)
+        fig = timed_figure(results, title=title)  # selects matplotlib's Agg backend
+        try:
+            save_figure(fig, plot_path, dpi=110)
+        finally:
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
 
 
 def replay_default(
@@ -235,8 +268,10 @@ def replay_default(
     console: Console,
 ) -> list[TimedResult]:
     """The embedded default: a generated cluster and workload, the contenders, a table and a
-    plot."""
+    plot (whose directory is created where missing)."""
     from solver.simulate.generate import generate
+
+    check_outputs(json_path=json_path, plot_path=plot_path, make_plot_parent=True)
 
     scenario = generate(seed=seed)
     gpus = sum(len(n.gpus) for n in scenario.nodes)
@@ -270,6 +305,12 @@ def load_trace_scenario(nodes_file: str, pods_file: str, *, tenants: int, time_s
     from solver.simulate.timed_scenario import scenario_from_trace
     from solver.types import ProblemError
 
+    if not 1 <= tenants <= MAX_TENANTS:
+        raise SimulateError(f"--tenants: must be in 1..{MAX_TENANTS}, got {tenants}")
+    for flag, value in (("--time-scale", time_scale), ("--speedup", speedup)):
+        if not (math.isfinite(value) and 1 / MAX_FACTOR <= value <= MAX_FACTOR):
+            raise SimulateError(f"{flag}: must be a factor in [{1 / MAX_FACTOR:g}, "
+                                f"{MAX_FACTOR:g}], got {value:g}")
     nodes = read_nodes(Path(nodes_file))
     pods = read_pods(Path(pods_file))
     if all(p.creation_time == 0 and p.deletion_time == 0 for p in pods):
@@ -299,8 +340,14 @@ def replay_trace(
     :func:`build_configs` makes them: one window and one seed for all), a table, and the JSON
     and the plot where asked."""
     window_s, seed = configs[0].window_s, configs[0].seed
+    check_outputs(json_path=json_path, plot_path=plot_path, inputs=(nodes_file, pods_file))
     scenario = load_trace_scenario(nodes_file, pods_file, tenants=tenants,
                                    time_scale=time_scale, speedup=speedup)
+    span = max((a.arrival_s + a.duration_s for a in scenario.arrivals), default=0.0)
+    if span / window_s > MAX_WINDOWS:
+        raise SimulateError(f"--window-s: {pods_file} spans {span:g} s (after --time-scale "
+                            f"and --speedup), more than {MAX_WINDOWS:g} windows of "
+                            f"{window_s:g} s; raise --window-s or lower --time-scale")
     console.print(
         f"[bold]berth simulate --mode timed[/bold]: {len(scenario.nodes)} nodes, "
         f"{len(scenario.arrivals)} pods in {len(scenario.tenants)} tenants "

@@ -129,7 +129,7 @@ def test_binned_means_of_a_step_series() -> None:
         (["--compare", ","], "--compare"),
         (["--tenants", "30"], "tenants"),
         (["--speedup", "0"], "speedup"),
-        (["--time-scale", "-2"], "time_scale"),
+        (["--time-scale", "-2"], "--time-scale"),
     ],
 )
 def test_bad_timed_flags_exit_2_naming_the_flag(tmp_path: Path, capsys, flags: list[str],  # type: ignore[no-untyped-def]
