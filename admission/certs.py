@@ -15,6 +15,7 @@ import copy
 import datetime as dt
 import hashlib
 import os
+import re
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,3 +196,56 @@ def render_webhook_config(
         "webhooks": [webhook],
     }
     return yaml.safe_dump(doc, sort_keys=False)
+
+
+#: RFC 1123 host name label: letters, digits and hyphens, not starting or ending with a hyphen.
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def san_problem(value: str, *, wildcard: bool = False) -> str | None:
+    """Why ``value`` cannot be a subject alternative name of the serving certificate (None: it
+    can): it must be an IPv4 or IPv6 literal or a DNS name of labels of 1 to 63 letters, digits
+    and hyphens, 253 characters at most; ``wildcard`` also allows a leading ``*.``."""
+    if not value.strip():
+        return "is empty; give a DNS name or an IP address, e.g. 127.0.0.1"
+    shown = repr(value if len(value) <= 60 else value[:57] + "...")
+    if value != value.strip() or any(c.isspace() for c in value):
+        return f"{shown} contains white space; give one DNS name or IP address"
+    if "://" in value or "/" in value:
+        return f"{shown} is a URL or a path; give the host name alone, e.g. berth.example.com"
+    if "%" in value:
+        return f"{shown}: drop the zone (%...); a certificate holds the bare address"
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        pass
+    if value.startswith("[") and value.endswith("]"):
+        return f"{shown}: write the IPv6 address without brackets"
+    if value.count(":") == 1 or (value.startswith("[") and "]:" in value):
+        return f"{shown} has a port; give the host alone (the port goes into --url)"
+    if ":" in value:
+        return f"{shown} is not a valid IPv6 address"
+    if not value.isascii():
+        return f"{shown} is not ASCII; write an internationalised name in its xn-- form"
+    if len(value) > 253:
+        return f"{len(value)} characters; a DNS name has at most 253"
+    if value.endswith(".") and value.strip("."):
+        return f"{shown}: drop the trailing dot"
+    labels = value.split(".")
+    if labels[0] == "*" and len(labels) > 1:
+        if not wildcard:
+            return f"{shown} is a wildcard; the address called must be one name (wildcards go " \
+                "in --dns)"
+        labels = labels[1:]
+    for label in labels:
+        if not label:
+            return f"{shown} has an empty label (two dots in a row, or a leading dot)"
+        if len(label) > 63:
+            return f"{shown} has a label of {len(label)} characters; at most 63"
+        if not _LABEL.fullmatch(label):
+            return (f"{shown}: label {label[:20]!r} may hold only letters, digits and hyphens, "
+                    "and may not start or end with a hyphen")
+    if all(label.isdigit() for label in labels):
+        return f"{shown} is not a valid IPv4 address"
+    return None

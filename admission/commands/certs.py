@@ -7,6 +7,8 @@ from pathlib import Path
 
 NAME = "certs"
 HELP = "Create a CA and the webhook's serving certificate (ca.crt, tls.crt, tls.key)."
+#: Longest validity: a hundred years (X.509 dates end in 9999, and no key should live longer).
+MAX_DAYS = 36_500
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,13 +33,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="what the apiserver does when the webhook is unreachable")
 
 
+def _check_names(args: argparse.Namespace) -> None:
+    """--host and every --dns must be a DNS name or an IP literal (--dns may be a wildcard)."""
+    from admission.certs import san_problem
+    from admission.cli import UsageError
+
+    problem = san_problem(args.host)
+    if problem:
+        raise UsageError(f"--host: {problem}")
+    for name in args.dns:
+        problem = san_problem(name, wildcard=True)
+        if problem:
+            raise UsageError(f"--dns: {problem}")
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Refuse an --out that is a file and a config path that cannot be written, before any
+    key is made."""
+    from admission.cli import UsageError
+
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out}: is not a directory; name a directory for ca.crt, "
+                         "tls.crt and tls.key")
+    target = args.render_webhook_config
+    if target and target != "-":
+        path = Path(target)
+        if path.is_dir():
+            raise UsageError(f"--render-webhook-config {target}: is a directory; name a file "
+                             "inside it, or '-' for stdout")
+        if not path.parent.is_dir():
+            raise UsageError(f"--render-webhook-config {target}: the directory {path.parent} "
+                             "does not exist; create it first")
+
+
+def _url_host(host: str) -> str:
+    """``host`` as it goes into a URL: an IPv6 literal in brackets."""
+    import ipaddress
+
+    try:
+        return f"[{host}]" if ipaddress.ip_address(host).version == 6 else host
+    except ValueError:
+        return host
+
+
 def run(args: argparse.Namespace) -> int:
     from admission.certs import CertError, render_webhook_config, webhook_template, write_bundle
     from admission.cli import UsageError
     from admission.policy import PolicyError, load_policy
 
-    if args.days < 1:
-        raise UsageError("--days must be >= 1")
+    if not 1 <= args.days <= MAX_DAYS:
+        raise UsageError(f"--days must be in 1..{MAX_DAYS}, got {args.days}")
+    _check_names(args)
+    _check_paths(args)
     service = None
     if args.service:
         ns, _, name = args.service.partition("/")
@@ -62,12 +109,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {bundle.ca_cert}, {bundle.tls_cert}, {bundle.tls_key} "
           f"(SAN: {', '.join([args.host, *args.dns])}; {args.days} days)")
     if args.render_webhook_config:
-        url = args.url or f"https://{args.host}:8443/mutate-pods"
+        url = args.url or f"https://{_url_host(args.host)}:8443/mutate-pods"
         text = render_webhook_config(bundle.ca_cert.read_bytes(), url=url, service=service,
                                      namespaces=namespaces, failure_policy=args.failure_policy)
         if args.render_webhook_config == "-":
             print(text, end="")
         else:
-            Path(args.render_webhook_config).write_text(text)
+            try:
+                Path(args.render_webhook_config).write_text(text)
+            except OSError as exc:
+                raise UsageError(f"--render-webhook-config {args.render_webhook_config}: cannot "
+                                 f"write: {exc.strerror or exc}") from None
             print(f"wrote {args.render_webhook_config}")
     return 0
