@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 
 NAME = "dev-cluster"
@@ -41,24 +42,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_parser("status", help="say which components run and whether the API is ready")
 
 
+#: Most fake nodes (blocks x racks x nodes) and GPUs a node: one apiserver takes 10,000 nodes.
+MAX_NODES = 10_000
+MAX_GPUS = 64
+#: A Kubernetes label value: at most 63 characters, alphanumeric at both ends.
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
 def _counts_ok(args: argparse.Namespace) -> None:
     from admission.cli import UsageError
 
-    for flag in ("blocks", "racks", "nvlink_domains", "nodes", "gpus"):
+    for flag, top in (("blocks", MAX_NODES), ("racks", MAX_NODES), ("nodes", MAX_NODES),
+                      ("gpus", MAX_GPUS), ("nvlink_domains", args.gpus)):
         value = getattr(args, flag)
-        if not 1 <= value <= 10_000:
-            raise UsageError(f"--{flag.replace('_', '-')} must be between 1 and 10000, "
+        if not 1 <= value <= top:
+            why = " (the GPUs a node, --gpus)" if flag == "nvlink_domains" else ""
+            raise UsageError(f"--{flag.replace('_', '-')} must be between 1 and {top}{why}, "
                              f"got {value}")
+    total = args.blocks * args.racks * args.nodes
+    if total > MAX_NODES:
+        raise UsageError(f"--blocks x --racks x --nodes is {total} nodes; at most {MAX_NODES}")
+    if not args.gpu_product or not _LABEL_VALUE.fullmatch(args.gpu_product):
+        raise UsageError(f"--gpu-product {args.gpu_product[:80]!r}: must be a label value: "
+                         "1 to 63 letters, digits, '-', '_' or '.', alphanumeric at both ends")
 
 
 def run(args: argparse.Namespace) -> int:
+    from admission.cli import UsageError
+    from admission.devcluster.cluster import StateError
+
     workdir: Path = (args.dir or _default_dir()).expanduser().resolve()
-    if args.dev_cluster_command == "up":
-        _counts_ok(args)
-        return _up(workdir, args)
-    if args.dev_cluster_command == "down":
-        return _down(workdir, keep=args.keep_files)
-    return _status(workdir)
+    if workdir.exists() and not workdir.is_dir():
+        raise UsageError(f"--dir {workdir}: is not a directory; name a directory for the "
+                         "cluster's files")
+    try:
+        if args.dev_cluster_command == "up":
+            _counts_ok(args)
+            return _up(workdir, args)
+        if args.dev_cluster_command == "down":
+            return _down(workdir, keep=args.keep_files)
+        return _status(workdir)
+    except StateError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _up(workdir: Path, args: argparse.Namespace) -> int:

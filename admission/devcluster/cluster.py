@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
@@ -53,6 +53,48 @@ class Ports:
             chosen.add(p)
             values.append(p)
         return cls(*values)
+
+
+#: Largest state file read (what ``start`` writes is under 2 KiB).
+MAX_STATE_BYTES = 64 * 1024
+#: The components a state file may name.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+class StateError(ValueError):
+    """The work directory's state file is not one ``start`` wrote for it."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}; it was not written by 'berth dev-cluster up' for "
+                         "this directory, so nothing was stopped or deleted (check with ps, "
+                         "then remove the file by hand)")
+        self.path = path
+
+
+def _parse_state(path: Path, state: object, workdir: Path) -> tuple[Ports, list[ProcessRecord]]:
+    if not isinstance(state, dict):
+        raise StateError(path, "not a JSON object")
+    if state.get("workdir") != str(workdir):
+        raise StateError(path, f"records the directory {str(state.get('workdir'))[:200]!r}")
+    ports = state.get("ports")
+    names = [f.name for f in fields(Ports)]
+    if not isinstance(ports, dict) or set(ports) != set(names) or not all(
+            type(ports[n]) is int and 0 <= ports[n] <= 65535 for n in names):
+        raise StateError(path, "ports: expected a port number (0..65535) for each of "
+                         + ", ".join(names))
+    records = []
+    procs = state.get("processes")
+    if not isinstance(procs, list) or len(procs) > len(COMPONENTS):
+        raise StateError(path, "processes: expected a list of the components started")
+    for i, r in enumerate(procs):
+        if not (isinstance(r, dict) and set(r) == {"name", "pid", "pgid", "exe", "log"}
+                and r["name"] in COMPONENTS and type(r["pid"]) is int and r["pid"] > 1
+                and r["pgid"] == r["pid"] and isinstance(r["exe"], str)
+                and isinstance(r["log"], str)):
+            raise StateError(path, f"processes[{i}]: expected name (a component), pid > 1, "
+                             "pgid equal to pid, exe and log")
+        records.append(ProcessRecord(**r))
+    return Ports(**ports), records
 
 
 @dataclass
@@ -165,11 +207,24 @@ class DevCluster:
 
     @classmethod
     def load(cls, workdir: Path) -> DevCluster:
-        """The cluster recorded in ``workdir`` by an earlier ``start`` (possibly elsewhere)."""
-        state = json.loads((workdir / STATE_FILE).read_text())
+        """The cluster recorded in ``workdir`` by an earlier ``start`` (possibly elsewhere);
+        :class:`StateError` when the state file is not one ``start`` wrote for ``workdir``
+        (``down`` signals the recorded process groups and deletes the directory, so a file
+        from elsewhere, or edited, must not drive it)."""
+        path = workdir / STATE_FILE
+        try:
+            with path.open("rb") as f:
+                raw = f.read(MAX_STATE_BYTES + 1)
+        except OSError as exc:
+            raise StateError(path, f"cannot read: {exc.strerror or exc}") from None
+        if len(raw) > MAX_STATE_BYTES:
+            raise StateError(path, f"more than {MAX_STATE_BYTES} bytes")
+        try:
+            state = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise StateError(path, f"not valid JSON ({str(exc)[:80]})") from None
         cluster = cls(workdir=workdir, die_with_parent=False)
-        cluster.ports = Ports(**state["ports"])
-        cluster.records = [ProcessRecord(**r) for r in state["processes"]]
+        cluster.ports, cluster.records = _parse_state(path, state, workdir)
         return cluster
 
     # ---------------------------------------------------------------- components
@@ -319,4 +374,4 @@ def wait_for(check: Callable[[], bool], *, timeout: float, what: str,
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-__all__ = ["DevCluster", "Ports", "StartupError", "wait_for"]
+__all__ = ["DevCluster", "Ports", "StartupError", "StateError", "wait_for"]

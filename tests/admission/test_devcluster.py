@@ -131,7 +131,7 @@ def test_stop_from_another_process_checks_the_executable(tmp_path: Path) -> None
 def test_dev_cluster_rejects_bad_counts(capsys: pytest.CaptureFixture[str],
                                         tmp_path: Path) -> None:
     assert main(["dev-cluster", "--dir", str(tmp_path), "up", "--gpus", "0"]) == 2
-    assert "--gpus must be between 1 and 10000, got 0" in capsys.readouterr().err
+    assert "--gpus must be between 1 and 64, got 0" in capsys.readouterr().err
 
 
 def test_dev_cluster_status_without_a_cluster(capsys: pytest.CaptureFixture[str],
