@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -19,6 +20,8 @@ from typing import Any
 
 NAME = "agent"
 HELP = "Publish this node's GPUs (NVML) as node labels and annotations, or print them."
+#: Longest wait between two reads of the GPUs, or two node patches: a day.
+MAX_INTERVAL_S = 86_400.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,10 +53,17 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--json goes with --print")
     if not args.print_ and not args.node:
         raise UsageError("--node NAME is required to publish (or set NODE_NAME, or use --print)")
-    if args.interval <= 0:
-        raise UsageError(f"--interval must be > 0 seconds, got {args.interval}")
-    if args.min_patch_interval < 0:
-        raise UsageError(f"--min-patch-interval must be >= 0, got {args.min_patch_interval}")
+    if not (math.isfinite(args.interval) and 0 < args.interval <= MAX_INTERVAL_S):
+        raise UsageError(f"--interval must be > 0 and at most {MAX_INTERVAL_S:g} seconds, got "
+                         f"{args.interval}")
+    if not (math.isfinite(args.min_patch_interval)
+            and 0 <= args.min_patch_interval <= MAX_INTERVAL_S):
+        raise UsageError(f"--min-patch-interval must be in [0, {MAX_INTERVAL_S:g}] seconds, "
+                         f"got {args.min_patch_interval}")
+    if args.kubeconfig and not os.path.isfile(args.kubeconfig):
+        what = "is a directory" if os.path.isdir(args.kubeconfig) else "no such file"
+        raise UsageError(f"--kubeconfig {args.kubeconfig}: {what}; give the kubeconfig file, "
+                         "or leave it out inside a cluster")
 
 
 def _load_nvml() -> Any:
