@@ -14,6 +14,7 @@ import base64
 import copy
 import datetime as dt
 import hashlib
+import ipaddress
 import os
 import re
 import ssl
@@ -49,7 +50,10 @@ def generate(host: str, dns: list[str] | None = None, days: int = 365,
     start = dt.datetime.now(dt.UTC) - cb.CLOCK_SKEW
     valid = cb.Validity(not_before=start, not_after=start + dt.timedelta(days=days))
     ca = cb.authority("berth-webhook-ca", valid=valid, path_length=0)
-    cert, key = cb.issue(ca, cb.name(host), usage=ExtendedKeyUsageOID.SERVER_AUTH, valid=valid,
+    # X.509 caps a common name at 64 characters; a longer DNS name (up to 253) lives in the
+    # subject alternative names alone, which is what TLS clients check anyway.
+    cn = host if len(host) <= 64 else "berth-webhook"
+    cert, key = cb.issue(ca, cb.name(cn), usage=ExtendedKeyUsageOID.SERVER_AUTH, valid=valid,
                          hosts=[host, *(dns or [])])
     return cb.certificate_pem(ca.cert), cb.certificate_pem(cert), cb.private_key_pem(key)
 

@@ -124,6 +124,7 @@ class _Reader:
             lo_open: bool = False) -> int:
         """An integer in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``); ``lo=None``: down to
         ``-MAX_VALUE``."""
+        symmetric = lo is None
         lo = -MAX_VALUE if lo is None else lo
         v = d.get(key)
         if v is None:
@@ -134,7 +135,9 @@ class _Reader:
             self.err(_join(path, key), f"must be an integer, got {_kind(v)}")
             return default
         if (v <= lo if lo_open else v < lo) or (hi is not None and v > hi):
-            if hi == MAX_VALUE and v > hi:
+            if symmetric:
+                bound = f"in [{-MAX_VALUE}, {MAX_VALUE}]"
+            elif hi == MAX_VALUE and v > hi:
                 bound = f"<= {MAX_VALUE}"
             else:
                 bound = _range(lo, None if hi == MAX_VALUE else hi, lo_open)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -89,10 +90,11 @@ def _parse_state(path: Path, state: object, workdir: Path) -> tuple[Ports, list[
     for i, r in enumerate(procs):
         if not (isinstance(r, dict) and set(r) == {"name", "pid", "pgid", "exe", "log"}
                 and r["name"] in COMPONENTS and type(r["pid"]) is int and r["pid"] > 1
-                and r["pgid"] == r["pid"] and isinstance(r["exe"], str)
+                and r["pgid"] == r["pid"] and r["pid"] not in (os.getpid(), os.getpgrp())
+                and isinstance(r["exe"], str)
                 and isinstance(r["log"], str)):
-            raise StateError(path, f"processes[{i}]: expected name (a component), pid > 1, "
-                             "pgid equal to pid, exe and log")
+            raise StateError(path, f"processes[{i}]: expected name (a component), pid > 1 "
+                             "(not this process), pgid equal to pid, exe and log")
         records.append(ProcessRecord(**r))
     return Ports(**ports), records
 
