@@ -17,6 +17,9 @@ from typing import Any, TypeVar
 from solver.plan import Plan
 from solver.types import (
     GPU,
+    MAX_TENANT_WEIGHT,
+    MAX_WATTS,
+    MAX_WEIGHT,
     MILLI,
     Gang,
     GpuShare,
@@ -205,7 +208,8 @@ class _Reader:
             out[k] = val
         return out
 
-    def num_map(self, d: Mapping[str, Any], key: str, path: str) -> dict[str, float]:
+    def num_map(self, d: Mapping[str, Any], key: str, path: str,
+                hi: float = MAX_VALUE) -> dict[str, float]:
         v = d.get(key)
         if v is None:
             return {}
@@ -215,9 +219,9 @@ class _Reader:
         out = {}
         for k, val in v.items():
             if (not isinstance(k, str) or isinstance(val, bool)
-                    or not isinstance(val, int | float) or not 0 <= val <= MAX_VALUE):
+                    or not isinstance(val, int | float) or not 0 <= val <= hi):
                 self.err(_join(_join(path, key), _clip(str(k))),
-                         f"must be a number in [0, {MAX_VALUE:g}], got {_kind(val)}")
+                         f"must be a number in [0, {hi:g}], got {_kind(val)}")
                 continue
             out[k] = float(val)
         return out
@@ -450,7 +454,7 @@ def _tenants(r: _Reader, value: object) -> tuple[Tenant, ...]:
             r.err(f"{p}.name", f"duplicate tenant {name!r}")
         names.add(name)
         t = r.build(p, Tenant, name or "?", r.opt_int(d, "quota_milli", p),
-                    r.number(d, "weight", p, default=1.0, positive=True),
+                    r.number(d, "weight", p, default=1.0, positive=True, hi=MAX_TENANT_WEIGHT),
                     r.flag(d, "can_borrow", p, default=True),
                     r.opt_int(d, "borrow_limit_milli", p))
         if t is not None and name:
@@ -605,7 +609,8 @@ def parse_policy(r: _Reader, value: object, path: str = "policy") -> SolverPolic
         wd = r.obj(d["weights"], wp, WEIGHT_FIELDS)
         if wd is not None:
             base = Weights()
-            w = {k: r.number(wd, k, wp, default=getattr(base, k), lo=0.0) for k in WEIGHT_FIELDS}
+            w = {k: r.number(wd, k, wp, default=getattr(base, k), lo=0.0, hi=MAX_WEIGHT)
+                 for k in WEIGHT_FIELDS}
             weights = r.build(wp, Weights, *(w[k] for k in WEIGHT_FIELDS)) or base
     classes = []
     for i, raw in enumerate(r.items(d.get("qos_classes"), f"{path}.qos_classes")):
@@ -636,8 +641,9 @@ def parse_policy(r: _Reader, value: object, path: str = "policy") -> SolverPolic
         if t is not None:
             typical.append(t)
     levels = r.str_list(d, "topology_levels", path) or SolverPolicy().topology_levels
-    return SolverPolicy(weights, levels, tuple(classes), r.num_map(d, "idle_watts", path),
-                        r.num_map(d, "active_watts", path), tuple(typical))
+    return SolverPolicy(weights, levels, tuple(classes),
+                        r.num_map(d, "idle_watts", path, hi=MAX_WATTS),
+                        r.num_map(d, "active_watts", path, hi=MAX_WATTS), tuple(typical))
 
 
 def parse_snapshot(data: object) -> Snapshot:
