@@ -22,6 +22,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import statistics
 import sys
@@ -130,7 +131,6 @@ class Episode:
     start: float
     end: float | None = None
     kills: list[str] = field(default_factory=list)  # kills that landed inside it
-    first_kill: float | None = None
     unplaced: bool = False  # some pod of the gang lacked its placement meanwhile
 
 
@@ -283,8 +283,6 @@ class Tracker:
         with self.lock:
             for ep in self.open.values():
                 ep.kills.append(what)
-                if ep.first_kill is None:
-                    ep.first_kill = self.now()
             partly_placed = 0
             for gang, spec in self.gangs.items():
                 pods = self.members(gang)
@@ -332,6 +330,8 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=120,
                     help="seconds, after the last fault, for every pod to be released or say "
                          "why it waits")
+    ap.add_argument("--log", type=Path, default=None,
+                    help="copy berth serve's log (every incarnation) here")
     ap.add_argument("--quick", action="store_true",
                     help="10 kills, 1 apiserver restart, 8 nodes, 30 gangs")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("bench_chaos.md"),
@@ -359,7 +359,11 @@ def main() -> int:
         try:
             with berth_serve_as_deployed(e2e, work / "berth", namespaces,
                                          edit_policy=_edit_policy(args.window)) as hook:
-                result = Chaos(args, cluster, core, hook, namespaces, started).run()
+                try:
+                    result = Chaos(args, cluster, core, hook, namespaces, started).run()
+                finally:
+                    if args.log:
+                        shutil.copyfile(hook.log, args.log)
         except AssertionError:
             # berth_serve_as_deployed fails on any 'forbidden' in berth serve's log; the figures
             # already sort those lines (the ones right after an apiserver restart are expected).
@@ -390,7 +394,8 @@ class Chaos:
         self.fired_on: str | None = None
         self.deleted_gangs = 0
         self.findings: list[str] = []
-        self.ready_at: list[float] = []  # tracker time berth serve was ready after a kill
+        # (target, killed, ready again) in tracker time, for every fault
+        self.down: list[tuple[str, float, float]] = []
         self.api_killed_at: list[float] = []  # wall clock (time.time) of apiserver kills
 
     # ---- faults
@@ -430,7 +435,8 @@ class Chaos:
             at = (burst_end if mode == "burst" else time.monotonic()) + self.rng.uniform(0, span)
             time.sleep(max(0.0, at - time.monotonic()))
             fire("-")
-        caught = self.tracker.note_kill(f"{target}:{mode}@{self.tracker.now():.1f}")
+        killed = self.tracker.now()
+        caught = self.tracker.note_kill(f"{target}:{mode}@{killed:.1f}")
         for k, v in caught.items():
             if v:
                 self.interrupted[f"{target}:{k}"] += 1
@@ -441,12 +447,12 @@ class Chaos:
             self.hook.proc.wait(timeout=30)
             self.start_berth()  # at once, as a Deployment's ReplicaSet would
             self.restart_s.append(time.monotonic() - t)
-            self.ready_at.append(self.tracker.now())
         else:
             self.api_restarts[mode] += 1
             self.api_killed_at.append(time.time() - (time.monotonic() - t))
             self.cluster.restart("kube-apiserver")
             self.api_restart_s.append(time.monotonic() - t)
+        self.down.append((target, killed, self.tracker.now()))
 
     def start_berth(self) -> None:
         for attempt in range(3):
@@ -619,11 +625,20 @@ class Chaos:
         lost = sorted({k for k, _, _ in tr.lost} | set(missing))
         eps = tr.episodes
         closed = [e for e in eps if e.end is not None]
-        across_kill = [e for e in closed if e.kills]
-        # A release the kill really interrupted: the gang was still mixed when the next
+
+        def overlaps(e: Episode, target: str) -> list[tuple[str, float, float]]:
+            # A fault whose down time (kill to ready again) meets the episode: writes the
+            # killed process had sent may still land just after the kill.
+            end = e.end if e.end is not None else math.inf
+            return [d for d in self.down if d[0] == target and d[1] <= end and d[2] >= e.start]
+
+        across_kill = [e for e in closed if overlaps(e, "berth")]
+        across_api = [e for e in closed if overlaps(e, "apiserver")]
+        calm = [e for e in closed if e not in across_kill and e not in across_api]
+        # A release a kill really interrupted: the gang was still mixed when the next
         # berth serve was ready, so that one finished it (the finishing path).
-        finished_later = [e for e in across_kill if e.end is not None and any(
-            e.first_kill is not None and e.first_kill <= r <= e.end for r in self.ready_at)]
+        finished_later = [e for e in across_kill if any(
+            e.end is not None and e.end > r for _, _, r in overlaps(e, "berth"))]
         log = self.hook.log.read_text(errors="replace")
         forbidden = [line for line in log.splitlines() if "forbidden" in line.lower()]
         after_restart = [line for line in forbidden if self._after_api_restart(line)]
@@ -653,11 +668,15 @@ class Chaos:
             "detector_self_check": self.detector,
             "gangs_half_released": len({g for g, _ in tr.breaches}),
             "gangs_mixed_episodes": len(eps),
-            "mixed_episodes_across_a_kill": len(across_kill),
+            "mixed_episodes_meeting_a_berth_kill": len(across_kill),
+            "mixed_episodes_meeting_an_apiserver_restart": len(across_api),
             "mixed_episodes_finished_by_the_next_berth": len(finished_later),
-            "mixed_s_no_kill_p50_p99_max": _spread([e.end - e.start for e in closed
-                                                    if not e.kills]),
-            "mixed_s_across_a_kill_p50_p99_max": _spread([e.end - e.start for e in across_kill]),
+            "mixed_s_no_fault_p50_p99_max": _spread([e.end - e.start for e in calm
+                                                     if e.end is not None]),
+            "mixed_episodes_over_1s_without_a_fault": sum(
+                e.end is not None and e.end - e.start > 1 for e in calm),
+            "mixed_s_meeting_a_kill_p50_p99_max": _spread([e.end - e.start for e in across_kill
+                                                           if e.end is not None]),
             "gangs_mixed_at_end": len(mixed_now),
             "pods_lost": len(lost),
             "pods_without_reason": len(no_reason),
@@ -683,6 +702,9 @@ class Chaos:
             "mixed_episodes": [f"{e.gang}: {e.start:.2f}s-"
                                + (f"{e.end:.2f}s ({e.end - e.start:.3f}s)" if e.end else "open")
                                + (f", kills inside: {', '.join(e.kills)}" if e.kills else "")
+                               + "".join(f", meets {t} down {k:.2f}s-{r:.2f}s"
+                                         for t, k, r in (overlaps(e, "berth")
+                                                         + overlaps(e, "apiserver")))
                                + (", a pod without placement" if e.unplaced else "")
                                for e in eps],
             "mixed_at_end": mixed_now,
