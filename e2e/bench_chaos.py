@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission import constants as c
 from admission.controller import keys
-from admission.devcluster import DevCluster, create_nodes, gpu_fleet
+from admission.devcluster import DevCluster, create_nodes, gpu_fleet, processes
 from admission.kube import RawWatch
 from e2e.berth import BerthWebhook, berth_serve_as_deployed
 from e2e.conftest import E2ECluster, make_namespace
@@ -53,6 +53,7 @@ from e2e.helpers import pod_manifest
 RUN_LABEL = "berth-chaos"  # every pod of the bench carries it (the watch selects on it)
 GANG_LABEL = "berth-chaos/gang"
 NODES_PER_RACK = 2  # 16 GPUs a rack: a gang of 3 x 8 GPUs that must stay in one never fits
+READY_TIMEOUT = 300  # seconds for a restarted berth serve to answer /readyz
 SELF_CHECK = "selfcheck"  # the gang the detector is proved on
 MODES = ("placement", "gate", "burst", "random")  # when a kill lands (see Tracker.arm)
 MODE_WEIGHTS = (0.35, 0.35, 0.15, 0.15)
@@ -394,6 +395,7 @@ class Chaos:
         self.fired_on: str | None = None
         self.deleted_gangs = 0
         self.findings: list[str] = []
+        self.slow_starts: list[str] = []  # restarts that took over 30 s to be ready
         # (target, killed, ready again) in tracker time, for every fault
         self.down: list[tuple[str, float, float]] = []
         self.api_killed_at: list[float] = []  # wall clock (time.time) of apiserver kills
@@ -455,15 +457,30 @@ class Chaos:
         self.down.append((target, killed, self.tracker.now()))
 
     def start_berth(self) -> None:
+        """What BerthWebhook.start does, with a longer wait: on two shared cores at a load of
+        50 and more, the interpreter alone can take over a minute to import Berth."""
+        hook = self.hook
+        ctx = processes.https_context(hook.ca)
         for attempt in range(3):
+            hook.proc, hook.record = processes.start(
+                "berth-serve", hook.argv, hook.workdir, preexec_fn=processes.die_with_parent)
+            t = time.monotonic()
             try:
-                self.hook.start()
+                processes.wait_until(
+                    "berth-serve",
+                    lambda: processes.http_ok(f"https://127.0.0.1:{hook.port}/readyz", ctx),
+                    timeout=READY_TIMEOUT, proc=hook.proc, record=hook.record)
+                if time.monotonic() - t > 30:
+                    self.slow_starts.append(f"{time.monotonic() - t:.0f}s at load "
+                                            f"{os.getloadavg()[0]:.0f}")
                 return
-            except Exception as exc:  # StartupError: a finding, then try again
-                self.findings.append(f"berth serve did not become ready (try {attempt + 1}): "
-                                     f"{str(exc)[-2000:]}")
+            except processes.StartupError as exc:  # a finding, then try again
+                text = str(exc)
+                self.findings.append(f"berth serve did not become ready (try {attempt + 1}, "
+                                     f"load {os.getloadavg()[0]:.0f}): "
+                                     f"{text.splitlines()[0]} ... {text[-1500:]}")
                 with contextlib.suppress(Exception):
-                    self.hook.kill()
+                    hook.kill()
         raise RuntimeError("berth serve does not start; see the findings")
 
     def _after_api_restart(self, line: str) -> bool:
@@ -656,6 +673,7 @@ class Chaos:
             "kills_that_found_a_gang_mid_release": dict(self.interrupted),
             "berth_restart_to_ready_s_p50_max": (round(_pct(self.restart_s, 0.5), 1),
                                                  round(max(self.restart_s, default=0), 1)),
+            "berth_restarts_over_30s": self.slow_starts,
             "apiserver_restart_s_max": round(max(self.api_restart_s, default=0), 1),
             "gangs_created": len(gangs),
             "pods_created": sum(len(g.created) for g in gangs),
