@@ -326,6 +326,8 @@ def _mutate_pod_once(ch: Chooser, pod: dict[str, Any], what: list[str],
         if isinstance(spec, dict) and isinstance(spec.get("containers"), list) \
                 and spec["containers"] and isinstance(spec["containers"][0], dict):
             n = ch.choice((0, 2, 50, 400))
+            one = len(json.dumps(spec["containers"][0], allow_nan=True))
+            n = min(n, GEN_CAP // max(1, one))  # no copying past the cap
             which = ch.choice(("containers", "initContainers", "ephemeralContainers"))
             spec[which] = [dict(spec["containers"][0], name=f"c{j}") for j in range(n)]
             what.append(f"spec.{which} = {n} copies of container 0")
@@ -401,7 +403,10 @@ def make_case(ch: Chooser, fixtures: list[tuple[str, bytes]], n: int, source: st
     """One case; mutations that compound past GEN_CAP bytes are drawn again (the oversize
     family alone tests the server's limit)."""
     for _ in range(20):
-        case = _make_case(ch, fixtures, n, source)
+        try:
+            case = _make_case(ch, fixtures, n, source)
+        except (MemoryError, RecursionError):  # mutations that compound: draw again
+            continue
         if len(case.body) <= GEN_CAP:
             return case
     name, raw = fixtures[0]
