@@ -869,9 +869,9 @@ def _exceptions(log_text: str, cases: dict[str, str]) -> dict[str, list[Any]]:
         j = i + 1
         while j < len(lines) and (lines[j].startswith(" ") or not lines[j].strip()):
             j += 1
-        last = lines[j][:200] if j < len(lines) else "?"
+        last = lines[j] if j < len(lines) else "?"
         uid = re.search(r"review failed for request (\S+)", lines[i - 1]) if i else None
-        entry = found.setdefault(_pattern(last), [0, last, None])
+        entry = found.setdefault(_pattern(last), [0, last[:200], None])
         entry[0] += 1
         if entry[2] is None and uid:
             entry[2] = cases.get(uid.group(1))

@@ -756,7 +756,7 @@ def report(fig: dict[str, Any], args: argparse.Namespace) -> int:
                 lines.append(f"\n<details><summary>{what} ({len(items)})</summary>\n")
                 lines += [f"- {x}" for x in items]
                 lines.append("\n</details>")
-        lines += [f"- finding: {x}" for x in findings]
+        lines += [f"- finding: {' / '.join(x.splitlines())}" for x in findings]
         with args.out.open("a") as f:
             f.write("\n".join(lines) + "\n")
     return 0 if fig.get("invariants_held") else 1
