@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -62,9 +63,15 @@ class GpuDemand(NamedTuple):
     memory_path: str | None = None  # field the GPU memory came from
 
 
+_SHOWN = reprlib.Repr()  # keyword arguments only from Python 3.12
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 2, 60, 60
+_SHOWN.maxlist = _SHOWN.maxdict = 4
+
+
 def shown(raw: object, limit: int = 40) -> str:
-    """``raw`` as a message quotes it, cut short: a refusal must not echo a 256 KiB value."""
-    text = repr(raw)
+    """``raw`` as a message quotes it, cut short: a refusal must not echo a 256 KiB value, nor
+    recurse through a value nested thousands deep (reprlib stops at two levels)."""
+    text = _SHOWN.repr(raw)
     return text if len(text) <= limit else text[:limit] + "...'"
 
 

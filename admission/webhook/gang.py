@@ -78,8 +78,10 @@ def _owner(meta: Mapping[str, Any]) -> tuple[str, str] | None:
     for ref in refs:
         if not (isinstance(ref, dict) and ref.get("controller")):
             continue
-        group = str(ref.get("apiVersion", "")).rpartition("/")[0]
-        kind = _OWNER_GANGS.get((group, str(ref.get("kind", ""))))
+        api, owner_kind = ref.get("apiVersion", ""), ref.get("kind", "")
+        if not (isinstance(api, str) and isinstance(owner_kind, str)):
+            continue  # the API server sends strings; str() of a nested value could recurse
+        kind = _OWNER_GANGS.get((api.rpartition("/")[0], owner_kind))
         if kind is not None and isinstance(ref.get("name"), str):
             return kind, ref["name"]
     return None

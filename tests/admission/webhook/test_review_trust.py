@@ -13,6 +13,7 @@ from test_review import POLICY, decide
 from test_review_hostile import owned_annotation, owned_label
 
 from admission import constants as c
+from admission.webhook import parse_review, review
 
 OWNED_LABELS = {c.LABEL_MANAGED: "true", c.LABEL_TENANT: "team-b", c.LABEL_GANG: "vip",
                 c.LABEL_QOS_CLASS: "training", "berth.dev/webhook": "skip"}
@@ -405,3 +406,34 @@ def test_annotated_numbers_are_ascii_digits(key: str, value: str) -> None:
     assert decision.response["allowed"] is False, (key, value)
     assert decision.response["status"]["message"].startswith(
         f"Berth: metadata.annotations[{key}]: "), decision.response
+
+
+def _nested(depth: int) -> list[Any]:
+    root: list[Any] = []
+    cur = root
+    for _ in range(depth):
+        cur.append([])
+        cur = cur[0]
+    return root
+
+
+def test_a_value_nested_thousands_deep_is_refused_naming_its_field() -> None:
+    # Quoting the value in the refusal must not recurse through it (a RecursionError would be
+    # answered as an internal error that names no field).
+    payload = fixture("plain-gpu-pod.json")
+    limits = payload["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]
+    limits[c.RESOURCE_GPU] = _nested(5000)
+    decision, _ = decide(payload)
+    assert decision.response["allowed"] is False
+    message = decision.response["status"]["message"]
+    assert f"spec.containers[0].resources.limits[{c.RESOURCE_GPU}]" in message, message
+    assert "internal error" not in message
+
+
+def test_an_owner_reference_of_nested_values_is_no_owner() -> None:
+    payload = fixture("plain-gpu-pod.json")
+    payload["request"]["object"]["metadata"]["ownerReferences"] = [
+        {"controller": True, "apiVersion": _nested(5000), "kind": _nested(5000), "name": "x"}]
+    _, request = parse_review(payload)
+    decision = review(request, POLICY)  # the patch is not applied: copying the pod would recurse
+    assert decision.response["allowed"] is True, decision.response
