@@ -5,9 +5,10 @@ and column where the YAML parser saw it, found by walking the composed node tree
 path. The whole file is always checked: structure by pydantic (which collects all field errors),
 cross-references by :mod:`admission.policy.refs`, duplicate keys by the node walk.
 
-The file is read once into a node tree, whose size is bounded before anything walks it: an
-alias names a node without copying it, so a kilobyte of anchors can stand for a billion values
-("billion laughs"), and every walk (duplicate keys, line marks, validation) would expand it.
+The file is read once into a node tree by :mod:`admission.yamlfile` under :data:`CAPS`, its
+depth, aliases and expanded size bounded before anything walks it: an alias names a node without
+copying it, so a kilobyte of anchors can stand for a billion values ("billion laughs"), and every
+walk (line marks, validation) would expand it. The same scan collects the keys written twice.
 """
 
 from __future__ import annotations
@@ -22,6 +23,17 @@ from pydantic import ValidationError
 
 from admission.policy.model import Policy
 from admission.policy.refs import check_references
+from admission.yamlfile import (
+    BoundError,
+    Caps,
+    Duplicate,
+    SyntaxProblem,
+    YamlFileError,
+    compose,
+    construct,
+    dotted,
+    read_text,
+)
 
 Loc = tuple[str | int, ...]
 SAMPLE_HINT = "config/policy/sample-policy.yaml"
@@ -30,6 +42,9 @@ SAMPLE_HINT = "config/policy/sample-policy.yaml"
 # built to exhaust the webhook or `berth policy check` long before either would notice.
 MAX_TEXT = 1024 * 1024  # characters
 MAX_VALUES = 100_000  # scalars, sequences and mappings, each alias counted as what it stands for
+MAX_DEPTH = 64  # a policy nests about 5 deep
+MAX_ALIASES = 1_000
+CAPS = Caps(max_depth=MAX_DEPTH, max_aliases=MAX_ALIASES, max_values=MAX_VALUES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +72,7 @@ class PolicyError(ValueError):
 
 
 def format_path(loc: Loc) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
+    return dotted(loc)
 
 
 def _mark(root: yaml.Node | None, loc: Loc) -> tuple[int, int] | None:
@@ -92,87 +101,11 @@ def _mark(root: yaml.Node | None, loc: Loc) -> tuple[int, int] | None:
     return best.line + 1, best.column + 1
 
 
-class _TooLarge(ValueError):
-    pass
-
-
-def _expanded_size(root: yaml.Node) -> int:
-    """How many values ``root`` stands for once every alias is expanded (computed once per
-    distinct node, so a bomb is measured as fast as it is read); :class:`_TooLarge` past
-    :data:`MAX_VALUES` or on an alias inside the node it names (a recursive document)."""
-    sizes: dict[int, int] = {}
-    open_: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        if done:
-            children = _children(node)
-            size = 1 + sum(sizes[id(c)] for c in children)
-            if size > MAX_VALUES:
-                raise _TooLarge(f"the file stands for more than {MAX_VALUES} values once its "
-                                "aliases are expanded; write the repeated parts out, or use "
-                                "fewer aliases")
-            sizes[key] = size
-            open_.discard(key)
-            continue
-        if key in sizes:
-            continue
-        if key in open_:
-            raise _TooLarge("an alias refers to a node that contains it (a recursive "
-                            "document); a policy cannot be recursive")
-        open_.add(key)
-        stack.append((node, True))
-        for child in _children(node):
-            if id(child) in open_:
-                raise _TooLarge("an alias refers to a node that contains it (a recursive "
-                                "document); a policy cannot be recursive")
-            if id(child) not in sizes:
-                stack.append((child, False))
-    return sizes[id(root)]
-
-
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    return []
-
-
-def _compose(text: str) -> tuple[yaml.Node | None, Any]:
-    """The node tree (for line marks) and the data of ``text``, read once, its size bounded
-    before it is constructed."""
-    loader = yaml.SafeLoader(text)
-    try:
-        root = loader.get_single_node()
-        if root is None:
-            return None, None
-        _expanded_size(root)
-        return root, loader.construct_document(root)
-    finally:
-        loader.dispose()
-
-
-def _duplicate_keys(node: yaml.Node | None, loc: Loc = ()
-                    ) -> list[tuple[Loc, yaml.Mark, yaml.Mark]]:
-    """PyYAML keeps the last of two equal keys silently; an admin's typo deserves an error.
-    Each is (path, mark of the first key, mark of the repeated one)."""
-    found: list[tuple[Loc, yaml.Mark, yaml.Mark]] = []
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[str, yaml.Mark] = {}
-        for key, value in node.value:
-            name = key.value if isinstance(key, yaml.ScalarNode) else None
-            if name is not None:
-                if name in seen:
-                    found.append(((*loc, name), seen[name], key.start_mark))
-                else:
-                    seen[name] = key.start_mark
-                found += _duplicate_keys(value, (*loc, name))
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            found += _duplicate_keys(item, (*loc, i))
-    return found
+def _compose(text: str) -> tuple[yaml.Node | None, list[Duplicate], Any]:
+    """The node tree (for line marks), the keys written twice and the data of ``text``, read
+    once under :data:`CAPS` (:mod:`admission.yamlfile`) before anything walks it."""
+    root, duplicates = compose(text, CAPS)
+    return root, duplicates, construct(root)
 
 
 def _num(value: object) -> str:
@@ -207,26 +140,36 @@ def _message(err: Any) -> str:
     return str(err["msg"]).replace("Input should be", "must be")
 
 
+def _bound_message(exc: BoundError) -> str:
+    if exc.kind == "recursive":
+        return "an alias refers to a node that contains it (a recursive document); a policy " \
+               "cannot be recursive"
+    if exc.kind == "depth":
+        return f"the YAML is nested too deeply (more than {exc.limit} levels)"
+    if exc.kind == "aliases":
+        return f"the file has more than {exc.limit} aliases (*name); write the values out"
+    return f"the file stands for more than {exc.limit} values once its aliases are " \
+           "expanded; write the repeated parts out, or use fewer aliases"
+
+
 def check_text(text: str) -> tuple[Policy | None, list[PolicyIssue]]:
     """Validate policy YAML text; returns the policy (None on error) and every issue found."""
     if len(text) > MAX_TEXT:
         return None, [PolicyIssue("", f"the file has {len(text)} characters, more than the "
                                       f"{MAX_TEXT} a policy may have; a ConfigMap holds 1 MiB")]
     try:
-        root, data = _compose(text)
-    except _TooLarge as exc:
-        return None, [PolicyIssue("", f"not accepted: {exc}")]
-    except RecursionError:
-        return None, [PolicyIssue("", "not accepted: the YAML is nested too deeply")]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        return None, [
-            PolicyIssue(
-                "", f"not valid YAML: {problem}",
-                mark.line + 1 if mark else None, mark.column + 1 if mark else None,
-            )
-        ]
+        root, duplicates, data = _compose(text)
+    except BoundError as exc:
+        (problem,) = exc.problems
+        return None, [PolicyIssue("", f"not accepted: {_bound_message(exc)}", problem.line,
+                                  problem.column)]
+    except SyntaxProblem as exc:
+        (problem,) = exc.problems
+        return None, [PolicyIssue("", f"not valid YAML: {exc.problem}", problem.line,
+                                  problem.column)]
+    except (ValueError, OverflowError) as exc:  # an out-of-range date, a 5,000-digit number
+        return None, [PolicyIssue("", f"a value cannot be read ({exc}); write it as a plain "
+                                      "number or a quoted string")]
     if data is None:
         return None, [PolicyIssue("", f"the file is empty; start from {SAMPLE_HINT}")]
     if not isinstance(data, dict):
@@ -239,12 +182,12 @@ def check_text(text: str) -> tuple[Policy | None, list[PolicyIssue]]:
         mark = _mark(root, loc)
         issues.append(PolicyIssue(format_path(loc), message, *(mark or (None, None))))
 
-    for loc, first, again in _duplicate_keys(root):
+    for dup in duplicates:
+        (line, column), (again, again_column) = dup.first, dup.again
         issues.append(
-            PolicyIssue(format_path(loc), f"duplicate key, first at line {first.line + 1} "
-                        f"column {first.column + 1}, again at line {again.line + 1} column "
-                        f"{again.column + 1}; YAML would keep only the last one: remove one",
-                        again.line + 1, again.column + 1)
+            PolicyIssue(format_path(dup.loc), f"duplicate key, first at line {line} column "
+                        f"{column}, again at line {again} column {again_column}; YAML would "
+                        "keep only the last one: remove one", again, again_column)
         )
     policy: Policy | None = None
     try:
@@ -265,11 +208,11 @@ def load_policy(path: str | Path) -> Policy:
     problem (path, message, line and column)."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PolicyError([PolicyIssue("", "file not found")], source) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError([PolicyIssue("", f"cannot read the file: {exc}")], source) from None
+        # 4 bytes a character at most: check_text then applies MAX_TEXT in characters.
+        text = read_text(path, what="a policy file", max_bytes=4 * MAX_TEXT)
+    except YamlFileError as exc:
+        raise PolicyError([PolicyIssue("", p.message, p.line, p.column or (1 if p.line else None))
+                           for p in exc.problems], source) from None
     policy, issues = check_text(text)
     if issues:
         raise PolicyError(issues, source)
