@@ -61,7 +61,10 @@ try:  # orjson parses and serialises reviews several times faster than the stand
 except ImportError:  # pragma: no cover - the standard library does the same, slower
 
     def loads(data: bytes) -> Any:
-        return json.loads(data)
+        try:
+            return json.loads(data)
+        except RecursionError:  # orjson refuses such depth as a decode error; so does this
+            raise ValueError("JSON nested too deeply") from None
 
     def dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":")).encode()
