@@ -24,16 +24,23 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from admission import constants as c
 from admission.devcluster import processes
+from admission.devcluster.berth import SAMPLE_POLICY, wait_serving, wait_until_gating
 from admission.devcluster.binaries import REPO_ROOT
+from admission.devcluster.processes import StartupError
+from admission.devcluster.rbac import (
+    install_rbac,
+    rbac_files,
+    service_account_kubeconfig,
+    uninstall_rbac,
+)
 from e2e.conftest import E2ECluster, drop_namespace, make_namespace
 from e2e.helpers import BERTH, pod_manifest
 from e2e.policies import admission_policies
-from e2e.rbac import RBAC_FILE, install_rbac, service_account_kubeconfig, uninstall_rbac
-from e2e.webhooks import registered, wait_until_mutating
+from e2e.webhooks import registered
 
-SAMPLE_POLICY = REPO_ROOT / "config" / "policy" / "sample-policy.yaml"
-GATE = "berth.dev/admission"
+GATE = c.SCHEDULING_GATE
 
 
 @dataclass
@@ -56,12 +63,8 @@ class BerthWebhook:
 
     def start(self) -> None:
         name = "berth-serve" if "serve" in self.argv else "berth-webhook"
-        self.proc, self.record = processes.start(name, self.argv, self.workdir,
-                                                 preexec_fn=processes.die_with_parent)
-        ctx = processes.https_context(self.ca)
-        processes.wait_until(
-            name, lambda: processes.http_ok(f"https://127.0.0.1:{self.port}/readyz", ctx),
-            timeout=60, proc=self.proc, record=self.record)
+        self.proc, self.record = processes.spawner(self.workdir)(name, self.argv)
+        wait_serving(name, self.port, self.ca, proc=self.proc, record=self.record)
 
     def kill(self) -> None:
         """SIGKILL the Berth process (a crash, not a graceful stop)."""
@@ -146,10 +149,8 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
                 cluster.api, suffix=some_ns, namespaces=list(namespaces.values())):
             core = client.CoreV1Api(cluster.api)
             try:
-                wait_until_mutating(
-                    core, some_ns, pod_manifest("probe", gpus=1),
-                    lambda p: any(g.name == GATE for g in p.spec.scheduling_gates or []))
-            except AssertionError as exc:
+                wait_until_gating(core, some_ns, probe=pod_manifest("probe", gpus=1))
+            except StartupError as exc:
                 raise AssertionError(f"{exc}\n{_probe_refusal(core, some_ns)}") from None
             yield hook
     finally:
@@ -165,11 +166,8 @@ def berth_serve_as_deployed(cluster: E2ECluster, workdir: Path, namespaces: Mapp
     RBAC of config/base plus that of the named components (config/components/<name>/rbac.yaml,
     where one exists), enforced by the real authorizer. Fails if Berth was refused anything."""
     assert cluster.local is not None
-    files = [RBAC_FILE] + [p for name in components
-                           if (p := REPO_ROOT / "config" / "components" / name / "rbac.yaml")
-                           .exists()]
     home = make_namespace(cluster.core, "berth-system")
-    created = install_rbac(cluster.api, home, suffix=home, files=tuple(files))
+    created = install_rbac(cluster.api, home, suffix=home, files=rbac_files(components))
     try:
         kubeconfig = service_account_kubeconfig(
             cluster.api, server=cluster.local.server, ca_pem=cluster.ca_bundle_pem(),

@@ -26,6 +26,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from admission.devcluster import DevCluster, MissingBinary, StartupError, create_nodes, gpu_fleet
+from admission.devcluster.kube import ensure_namespace
 from admission.devcluster.nodes import FakeGpuNode
 
 # The fleet every test sees: 1 block, 2 racks, 2 nodes per rack, 8 H100 each in one NVLink
@@ -119,16 +120,7 @@ def make_namespace(core: client.CoreV1Api, base: str) -> str:
     """Create a uniquely named namespace and wait for its default service account, which the
     ServiceAccount admission plugin requires before any pod can be created in it."""
     name = f"e2e-{base.lower().replace('_', '-')[:40].strip('-')}-{uuid.uuid4().hex[:5]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"berth-e2e": "true"}}})
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            core.read_namespaced_service_account("default", name)
-            return name
-        except ApiException as exc:
-            if exc.status != 404 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return ensure_namespace(core, name, {"berth-e2e": "true"})
 
 
 def drop_namespace(api: client.ApiClient, name: str, timeout: float = 30) -> None:

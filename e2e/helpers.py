@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from admission.devcluster.berth import BERTH_CLI
+
 T = TypeVar("T")
 
-# The berth CLI as a child process. Not "python -m admission.cli": that runs cli.py as
-# __main__, a second copy of the module whose UsageError the commands do not raise.
-BERTH: tuple[str, ...] = (sys.executable, "-c",
-                          "from admission.cli import main; raise SystemExit(main())")
+# The berth CLI as a child process (the one definition, shared with berth dev-cluster).
+BERTH: tuple[str, ...] = BERTH_CLI
 
 
 def pod_manifest(name: str, *, gpus: int = 0, gates: tuple[str, ...] = (),

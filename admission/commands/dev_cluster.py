@@ -36,6 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="NVLink domains per node, GPUs split evenly (default 1)")
     up.add_argument("--gpu-product", default="NVIDIA-H100-80GB-HBM3",
                     help="nvidia.com/gpu.product label of the nodes")
+    up.add_argument("--with-berth", action="store_true",
+                    help="also run Berth (berth serve, its webhook, RBAC and the sample "
+                         "policy's tenant namespaces); see docs/quickstart.md")
+    up.add_argument("--backend", choices=("standalone", "kueue", "volcano"),
+                    default="standalone",
+                    help="with --with-berth: where Berth releases pods; kueue and volcano "
+                         "also start the real Kueue manager or Volcano scheduler with the "
+                         "policy's queues (default standalone)")
     down = sub.add_parser("down", help="stop every process and delete the work directory")
     down.add_argument("--keep-files", action="store_true",
                       help="keep the work directory (logs, etcd data)")
@@ -78,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.dev_cluster_command == "up":
             _counts_ok(args)
+            if args.backend != "standalone" and not args.with_berth:
+                raise UsageError(f"--backend {args.backend} needs --with-berth")
             return _up(workdir, args)
         if args.dev_cluster_command == "down":
             return _down(workdir, keep=args.keep_files)
@@ -88,12 +98,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _up(workdir: Path, args: argparse.Namespace) -> int:
     from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
 
     from admission.cli import UsageError
     from admission.devcluster import (
         DevCluster,
         MissingBinary,
         StartupError,
+        berth,
         create_nodes,
         gpu_fleet,
     )
@@ -106,6 +118,11 @@ def _up(workdir: Path, args: argparse.Namespace) -> int:
                              f"run 'berth dev-cluster down' first")
         old.wipe()
     cluster = DevCluster(workdir=workdir, die_with_parent=False)
+    if args.with_berth:
+        try:
+            berth.check_binaries(args.backend)
+        except MissingBinary as exc:
+            raise UsageError(str(exc)) from None
     try:
         cluster.start()
     except MissingBinary as exc:
@@ -117,12 +134,24 @@ def _up(workdir: Path, args: argparse.Namespace) -> int:
     api = config.new_client_from_config(str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
     nodes = gpu_fleet(blocks=args.blocks, racks_per_block=args.racks, nodes_per_rack=args.nodes,
                       gpus_per_node=args.gpus, nvlink_domains_per_node=args.nvlink_domains,
-                      gpu_product=args.gpu_product)
+                      gpu_product=args.gpu_product,
+                      shared_slots_per_gpu=berth.shared_slots() if args.with_berth else 0)
     create_nodes(client.CoreV1Api(api), nodes)
     print(f"cluster up: {cluster.server}, {len(nodes)} fake GPU nodes "
-          f"({len(nodes) * args.gpus} x {args.gpu_product})")
+          f"({len(nodes) * args.gpus} x {args.gpu_product})", flush=True)
+    if args.with_berth:
+        try:
+            berth.install(cluster, backend=args.backend, nodes=nodes,
+                          say=lambda line: print(line, flush=True))
+        except (RuntimeError, TimeoutError, OSError, ApiException) as exc:
+            print(f"berth dev-cluster: Berth did not start: {exc}")
+            cluster.stop()
+            print(f"stopped the cluster; logs kept in {cluster.log_dir}")
+            return 1
     print(f"logs: {cluster.log_dir}")
     print(f"export KUBECONFIG={cluster.kubeconfig}")
+    if args.with_berth:
+        print(berth.next_steps(args.backend))
     return 0
 
 
@@ -145,6 +174,7 @@ def _down(workdir: Path, *, keep: bool) -> int:
 
 def _status(workdir: Path) -> int:
     from admission.devcluster import DevCluster
+    from admission.devcluster.berth import BerthInfo
     from admission.devcluster.cluster import STATE_FILE
     from admission.devcluster.processes import http_ok, https_context
 
@@ -159,5 +189,11 @@ def _status(workdir: Path) -> int:
     ready = http_ok(f"{cluster.server}/readyz",
                     https_context(pki.ca_cert, pki.admin_cert, pki.admin_key))
     print(f"{'apiserver /readyz':<26} {'ok' if ready else 'NOT READY'} ({cluster.server})")
+    info = BerthInfo.load(workdir)
+    if info is not None:
+        serving = info.serving()
+        ready = ready and serving
+        print(f"{'berth /readyz':<26} {'ok' if serving else 'NOT READY'} ({info.url}, "
+              f"backend {info.backend}, policy {info.policy})")
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     return 0 if ready and running and all(running.values()) else 1

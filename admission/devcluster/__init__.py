@@ -4,6 +4,13 @@ No container engine runs where Berth is developed and tested, so kind cannot sta
 upstream kube-apiserver, kube-controller-manager, kube-scheduler and etcd can, built from the
 Go module proxy by ``e2e/build.sh``, with kwok standing in for kubelets on fake GPU nodes.
 Used by the pytest fixture in ``e2e/conftest.py`` and by ``berth dev-cluster``.
+
+``cluster.py`` starts the control plane (``processes.py``: records, logs, clean stops),
+``nodes.py`` the fake GPU nodes, ``pki.py`` the certificates. What runs beside it for
+``berth dev-cluster up --with-berth`` and the e2e suite alike: ``berth.py`` (Berth itself: the
+sample policy, certificates, ``berth serve``, its webhook), ``rbac.py`` (Berth's identity as
+config/base gives it), ``kueue.py`` and ``volcano.py`` (the real Kueue manager and Volcano
+scheduler), ``kube.py`` (namespaces, CRDs).
 """
 
 from admission.devcluster.binaries import MissingBinary

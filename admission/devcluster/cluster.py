@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -230,9 +230,12 @@ class DevCluster:
         return cluster
 
     # ---------------------------------------------------------------- components
-    def _spawn(self, name: str, argv: list[str]) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
+    def spawn(self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
+              exe: str | None = None) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
+        """Start one more process as part of this cluster (Berth, Kueue, Volcano): logged in
+        ``logs/``, recorded in the state file, stopped with the cluster (newest first)."""
         proc, record = processes.start(
-            name, argv, self.log_dir,
+            name, argv, self.log_dir, env=env, exe=exe,
             preexec_fn=processes.die_with_parent if self.die_with_parent else None,
         )
         self._procs[name] = proc
@@ -243,7 +246,7 @@ class DevCluster:
     def _start_etcd(self, exe: Path, timeout: float) -> None:
         client = f"http://127.0.0.1:{self.ports.etcd_client}"
         peer = f"http://127.0.0.1:{self.ports.etcd_peer}"
-        proc, rec = self._spawn("etcd", [
+        proc, rec = self.spawn("etcd", [
             str(exe),
             "--name=berth-dev",
             f"--data-dir={self.workdir / 'etcd'}",
@@ -261,7 +264,7 @@ class DevCluster:
 
     def _start_apiserver(self, exe: Path, timeout: float) -> None:
         pki = self.pki
-        proc, rec = self._spawn("kube-apiserver", [
+        proc, rec = self.spawn("kube-apiserver", [
             str(exe),
             f"--etcd-servers=http://127.0.0.1:{self.ports.etcd_client}",
             f"--secure-port={self.ports.apiserver}",
@@ -288,7 +291,7 @@ class DevCluster:
 
     def _start_controller_manager(self, exe: Path, timeout: float) -> None:
         pki = self.pki
-        proc, rec = self._spawn("kube-controller-manager", [
+        proc, rec = self.spawn("kube-controller-manager", [
             str(exe),
             f"--kubeconfig={self.kubeconfig}",
             "--leader-elect=false",
@@ -308,7 +311,7 @@ class DevCluster:
                              timeout=timeout, proc=proc, record=rec)
 
     def _start_scheduler(self, exe: Path, timeout: float) -> None:
-        proc, rec = self._spawn("kube-scheduler", [
+        proc, rec = self.spawn("kube-scheduler", [
             str(exe),
             f"--kubeconfig={self.kubeconfig}",
             "--leader-elect=false",
@@ -328,7 +331,7 @@ class DevCluster:
             "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n"
         )
         key, value = KWOK_NODE_ANNOTATION
-        proc, rec = self._spawn("kwok", [
+        proc, rec = self.spawn("kwok", [
             str(exe),
             f"--config={conf}",
             f"--kubeconfig={self.kubeconfig}",

@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 _PR_SET_PDEATHSIG = 1
 
@@ -74,7 +75,11 @@ def start(
     *,
     env: dict[str, str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
+    exe: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
+    """Start ``argv`` in a session of its own, output to ``log_dir/<name>.log``. ``exe`` is
+    the program the process runs once ``argv[0]`` has exec'd it (a wrapper such as
+    ``unshare ... sh -c 'exec PROGRAM'``), so that a later check finds it by that path."""
     log = log_dir / f"{name}.log"
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -86,8 +91,27 @@ def start(
             env={**os.environ, **(env or {})},
             preexec_fn=preexec_fn,
         )
-    record = ProcessRecord(name=name, pid=proc.pid, pgid=proc.pid, exe=str(argv[0]), log=str(log))
+    record = ProcessRecord(name=name, pid=proc.pid, pgid=proc.pid, exe=exe or str(argv[0]),
+                           log=str(log))
     return proc, record
+
+
+class Spawn(Protocol):
+    """Starts one named process and records it: :meth:`DevCluster.spawn` (recorded in the
+    cluster's state, stopped by ``berth dev-cluster down``) or :func:`spawner`'s (a test's)."""
+
+    def __call__(self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
+                 exe: str | None = None) -> tuple[subprocess.Popen[bytes], ProcessRecord]: ...
+
+
+def spawner(log_dir: Path, *, die_with_parent_process: bool = True) -> Spawn:
+    """A :class:`Spawn` that logs into ``log_dir``, its processes tied to this one."""
+    def spawn(name: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
+              exe: str | None = None) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        return start(name, argv, log_dir, env=env, exe=exe,
+                     preexec_fn=die_with_parent if die_with_parent_process else None)
+    return spawn
 
 
 def is_running(record: ProcessRecord) -> bool:

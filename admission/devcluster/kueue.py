@@ -1,0 +1,208 @@
+"""The real Kueue manager beside the local control plane.
+
+Kueue runs as a process with its own webhooks: their configurations (shipped in the module,
+copied next to the binary by e2e/build.sh) are rewritten from the in-cluster Service to a
+127.0.0.1 URL with the cluster CA as caBundle, and scoped to the given namespaces so that a
+stopped Kueue can never block pods elsewhere. With its internal certificate management off,
+Kueue v0.14 reads its metrics certificate from the fixed path /etc/kueue/metrics/certs; it is
+started in a private mount namespace whose /etc is an overlay holding that certificate, so the
+host's /etc is never written (needs root, as CI and the development machines have).
+
+Used by ``berth dev-cluster up --with-berth --backend kueue`` and by the e2e suite
+(e2e/kueue.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from admission.devcluster import binaries, kube, processes
+from admission.devcluster.pki import ClusterPki, write_serving_pair
+
+KUEUE_NAMESPACE = "kueue-system"
+#: The API group/version of Kueue's queue objects.
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
+# Webhooks of the API groups used here; the rest serve frameworks not installed.
+_GROUPS = {"", "batch", "kueue.x-k8s.io"}
+
+
+def install_crds(api: client.ApiClient) -> list[str]:
+    return kube.install_crds(
+        api, (binaries.component("kueue").share_dir / "crd").glob("*.yaml"), timeout=60)
+
+
+def only(namespace: str | Sequence[str]) -> dict[str, Any]:
+    """A namespace selector matching exactly the given namespace(s)."""
+    names = [namespace] if isinstance(namespace, str) else list(namespace)
+    return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                  "values": names}]}
+
+
+def webhook_configs(ca_pem: bytes, port: int, namespace: str | Sequence[str], suffix: str
+                    ) -> list[dict[str, Any]]:
+    """Kueue's webhook configurations pointed at 127.0.0.1:port and scoped to ``namespace``
+    (one name or several), their names ending in ``suffix``."""
+    src = binaries.component("kueue").share_dir / "webhook-manifests.yaml"
+    out = []
+    for doc in yaml.safe_load_all(src.read_text()):
+        if not doc:
+            continue
+        doc = copy.deepcopy(doc)
+        # Truncated to a valid name: at most 63 characters, ending alphanumeric.
+        doc["metadata"]["name"] = f"kueue-{doc['metadata']['name']}-{suffix}"[:63].rstrip("-.")
+        hooks = []
+        for hook in doc["webhooks"]:
+            groups = {g for rule in hook.get("rules", []) for g in rule.get("apiGroups", [])}
+            if not groups <= _GROUPS:
+                continue
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}",
+                                    "caBundle": base64.b64encode(ca_pem).decode()}
+            hook["namespaceSelector"] = only(namespace)
+            hook["timeoutSeconds"] = 10
+            hooks.append(hook)
+        doc["webhooks"] = hooks
+        if hooks:
+            out.append(doc)
+    return out
+
+
+@dataclass(frozen=True)
+class Manager:
+    """A started Kueue manager: its process and the webhook configurations registered for it."""
+
+    proc: subprocess.Popen[bytes]
+    record: processes.ProcessRecord
+    webhooks: tuple[tuple[str, str], ...]  # (kind, name)
+
+
+def start_manager(api: client.ApiClient, spawn: processes.Spawn, *, pki: ClusterPki,
+                  kubeconfig: Path, workdir: Path, namespace: str | Sequence[str],
+                  frameworks: Sequence[str] = ("batch/job",), timeout: float = 90) -> Manager:
+    """Install Kueue's CRDs, run its manager for ``frameworks`` (its integrations:
+    "batch/job", "pod") in ``namespace`` (one or several) and register its webhooks once it
+    is ready. Undo with :func:`stop_manager`."""
+    exe = binaries.binary("kueue")
+    if shutil.which("unshare") is None:
+        raise RuntimeError("Kueue needs util-linux 'unshare' (for its /etc/kueue overlay)")
+    install_crds(api)
+    kube.create_once(client.CoreV1Api(api).create_namespace,
+                     {"metadata": {"name": KUEUE_NAMESPACE}})
+    workdir.mkdir(parents=True, exist_ok=True)
+    write_serving_pair(pki, workdir / "webhook-certs", cn="kueue-webhook")
+    upper, work = workdir / "etc-upper", workdir / "etc-work"
+    write_serving_pair(pki, upper / "kueue" / "metrics" / "certs", cn="kueue-metrics")
+    work.mkdir(exist_ok=True)
+    ports = {k: processes.free_port() for k in ("webhook", "health", "metrics")}
+    conf = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['health']}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{ports['metrics']}"},
+        "webhook": {"port": ports["webhook"], "host": "127.0.0.1",
+                    "certDir": str(workdir / "webhook-certs")},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "integrations": {"frameworks": list(frameworks)},
+        "managedJobsNamespaceSelector": only(namespace),
+    }
+    conf_file = workdir / "kueue-config.yaml"
+    conf_file.write_text(yaml.safe_dump(conf))
+    script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc"
+              f" && exec {exe} --config={conf_file} --feature-gates=VisibilityOnDemand=false"
+              f" --zap-log-level=info")
+    proc, record = spawn(
+        "kueue", ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script],
+        env={"KUBECONFIG": str(kubeconfig)}, exe=str(exe))
+    adm: Any = client.AdmissionregistrationV1Api(api)  # takes the manifests as dicts
+    made: list[tuple[str, str]] = []
+    try:
+        processes.wait_until(
+            "kueue", lambda: processes.http_ok(f"http://127.0.0.1:{ports['health']}/readyz"),
+            timeout=timeout, proc=proc, record=record)
+        suffix = namespace if isinstance(namespace, str) else namespace[0]
+        for doc in webhook_configs(pki.ca_cert.read_bytes(), ports["webhook"], namespace,
+                                   suffix=suffix):
+            if doc["kind"] == "MutatingWebhookConfiguration":
+                adm.create_mutating_webhook_configuration(doc)
+            else:
+                adm.create_validating_webhook_configuration(doc)
+            made.append((doc["kind"], doc["metadata"]["name"]))
+    except BaseException:
+        stop_manager(api, Manager(proc, record, tuple(made)))
+        raise
+    return Manager(proc, record, tuple(made))
+
+
+def stop_manager(api: client.ApiClient, manager: Manager) -> None:
+    """Remove its webhook configurations, then stop the process."""
+    adm = client.AdmissionregistrationV1Api(api)
+    for kind, name in manager.webhooks:
+        if kind == "MutatingWebhookConfiguration":
+            adm.delete_mutating_webhook_configuration(name)
+        else:
+            adm.delete_validating_webhook_configuration(name)
+    processes.stop(manager.record, manager.proc)
+
+
+@dataclass(frozen=True)
+class GpuQueue:
+    """A ClusterQueue holding ``gpus`` GPUs (and ``shared`` time-slicing slots, when fractions
+    reach the nodes that way) behind one ResourceFlavor, and a LocalQueue ``local`` in each of
+    ``namespaces`` pointing at it."""
+
+    cluster_queue: str
+    flavor: str
+    gpus: int
+    local: str
+    namespaces: tuple[str, ...]
+    shared: int = 0
+    shared_resource: str = "nvidia.com/gpu.shared"
+
+
+def create_gpu_queue(api: client.ApiClient, queue: GpuQueue) -> list[tuple[str, str, str]]:
+    """Create the queue's objects (after Kueue's CRDs are installed); existing ones are kept.
+    Returns (kind, namespace, name) of each, for :func:`delete_gpu_queue`."""
+    flavors = kube.resource(api, KUEUE_API, "ResourceFlavor")
+    cqs = kube.resource(api, KUEUE_API, "ClusterQueue")
+    lqs = kube.resource(api, KUEUE_API, "LocalQueue")
+    resources = [{"name": "cpu", "nominalQuota": "1000"},
+                 {"name": "memory", "nominalQuota": "10000Gi"},
+                 {"name": "nvidia.com/gpu", "nominalQuota": str(queue.gpus)}]
+    if queue.shared:
+        resources.append({"name": queue.shared_resource, "nominalQuota": str(queue.shared)})
+    kube.create_once(flavors.create, body={"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
+                                           "metadata": {"name": queue.flavor}})
+    kube.create_once(cqs.create, body={
+        "apiVersion": KUEUE_API, "kind": "ClusterQueue",
+        "metadata": {"name": queue.cluster_queue},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{
+            "coveredResources": [r["name"] for r in resources],
+            "flavors": [{"name": queue.flavor, "resources": resources}]}]}})
+    made = [("ResourceFlavor", "", queue.flavor), ("ClusterQueue", "", queue.cluster_queue)]
+    for ns in queue.namespaces:
+        kube.create_once(lqs.create, namespace=ns, body={
+            "apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": {"name": queue.local},
+            "spec": {"clusterQueue": queue.cluster_queue}})
+        made.append(("LocalQueue", ns, queue.local))
+    return made
+
+
+def delete_gpu_queue(api: client.ApiClient, made: list[tuple[str, str, str]]) -> None:
+    for kind, ns, name in reversed(made):
+        res = kube.resource(api, KUEUE_API, kind)
+        if ns:
+            res.delete(name=name, namespace=ns)
+        else:
+            res.delete(name=name)
