@@ -8,9 +8,9 @@ Used by the pytest fixture in ``e2e/conftest.py`` and by ``berth dev-cluster``.
 ``cluster.py`` starts the control plane (``processes.py``: records, logs, clean stops),
 ``nodes.py`` the fake GPU nodes, ``pki.py`` the certificates. What runs beside it for
 ``berth dev-cluster up --with-berth`` and the e2e suite alike: ``berth.py`` (Berth itself: the
-sample policy, certificates, ``berth serve``, its webhook), ``rbac.py`` (Berth's identity as
-config/base gives it), ``kueue.py`` and ``volcano.py`` (the real Kueue manager and Volcano
-scheduler), ``kube.py`` (namespaces, CRDs).
+sample policy, certificates, ``berth serve``, its webhook), ``rbac.py`` and ``policies.py``
+(Berth's identity and pod-keys policy as config/base gives them), ``kueue.py`` and
+``volcano.py`` (the real Kueue manager and Volcano scheduler), ``kube.py`` (namespaces, CRDs).
 """
 
 from admission.devcluster.binaries import MissingBinary

@@ -7,8 +7,10 @@ What a person gets after ``up --with-berth``, in the order it is set up:
    ``<workdir>/berth/policy.yaml``;
 2. Berth's namespace and identity as config/base gives them (namespace.yaml, the ``berth``
    service account and exactly the RBAC of config/base/rbac.yaml, plus the backend
-   component's own RBAC), and ``berth serve`` talking to the apiserver with a token of that
-   account, so the real authorizer checks the least-privilege rules;
+   component's own RBAC, and the pod-keys ValidatingAdmissionPolicy), and ``berth serve``
+   talking to the apiserver with a token of that account, so the real authorizer checks the
+   least-privilege rules; the policy also as the ConfigMap berth-system/berth-policy that
+   config/base deploys (``berth status`` and ``berth explain`` read it);
 3. the tenants' namespaces (every namespace the policy names);
 4. for ``kueue`` the real Kueue manager (plain-pod integration for the tenants' namespaces)
    with one ClusterQueue per tenant and the LocalQueue the policy names in each of its
@@ -48,6 +50,7 @@ from admission.devcluster import volcano as dv
 from admission.devcluster.binaries import REPO_ROOT
 from admission.devcluster.cluster import DevCluster
 from admission.devcluster.nodes import FakeGpuNode
+from admission.devcluster.policies import POD_KEYS_POLICY, install_policies, policy_docs
 from admission.devcluster.processes import StartupError
 from admission.devcluster.rbac import (
     ACCOUNT,
@@ -249,7 +252,19 @@ def install(cluster: DevCluster, *, backend: str, nodes: Sequence[FakeGpuNode],
         api, server=cluster.server, ca_pem=cluster.pki.ca_cert.read_bytes(),
         namespace=namespace, account=ACCOUNT, out=home / "berth-sa.kubeconfig",
         expiration_seconds=TOKEN_SECONDS)
-    say(f"identity: service account {namespace}/{ACCOUNT} with config/base RBAC")
+    # config/base's ValidatingAdmissionPolicy: after CREATE only Berth changes its pod keys.
+    install_policies(api, policy_docs([POD_KEYS_POLICY]))
+    say(f"identity: service account {namespace}/{ACCOUNT} with config/base RBAC and "
+        "pod-keys policy")
+
+    # The policy also as config/base deploys it (its configMapGenerator): `berth status` and
+    # `berth explain` read it from there. berth serve here reads the file.
+    from admission.status.keys import POLICY_CONFIG_MAP, POLICY_KEY
+
+    configmaps: Any = core  # takes the object as a dict
+    kube.create_once(configmaps.create_namespaced_config_map, namespace, {
+        "metadata": {"name": POLICY_CONFIG_MAP, "labels": {"app.kubernetes.io/part-of": "berth"}},
+        "data": {POLICY_KEY: policy_file.read_text()}})
 
     tenants = {t.name: list(t.namespaces) for t in policy.tenants}
     namespaces = sorted(policy.managed_namespaces)

@@ -288,6 +288,9 @@ def test_quickstart_as_written(tmp_path: Path) -> None:
     seen = run_doc(reader, "quickstart", tmp_path / "quickstart.log", timeout=420)
     out = (tmp_path / "quickstart.log").read_text()
     assert f"export KUBECONFIG={reader.kubeconfig}" in out
+    # berth status read the policy ConfigMap up created and listed the waiting gang.
+    assert "policy: ConfigMap berth-system/berth-policy" in out
+    assert "team-b/job-nightly-eval" in out
 
     # The Job gang: gated at creation, then released whole, Running, both in one rack.
     gang = seen.named("team-a", "llama-pretrain-")
