@@ -58,8 +58,10 @@ class Ports:
 
 #: Largest state file read (what ``start`` writes is under 2 KiB).
 MAX_STATE_BYTES = 64 * 1024
-#: The components a state file may name.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+#: The components a state file may name: the control plane, and what ``up --with-berth``
+#: starts beside it (admission/devcluster/berth.py, kueue.py, volcano.py).
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+              "kueue", "vc-scheduler", "berth-serve")
 
 
 class StateError(ValueError):
@@ -233,7 +235,11 @@ class DevCluster:
     def spawn(self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None,
               exe: str | None = None) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
         """Start one more process as part of this cluster (Berth, Kueue, Volcano): logged in
-        ``logs/``, recorded in the state file, stopped with the cluster (newest first)."""
+        ``logs/``, recorded in the state file, stopped with the cluster (newest first).
+        ``name`` is one of :data:`COMPONENTS`, the names a state file may hold."""
+        if name not in COMPONENTS:
+            raise ValueError(f"{name!r} is not a component a state file may name "
+                             f"({', '.join(COMPONENTS)})")
         proc, record = processes.start(
             name, argv, self.log_dir, env=env, exe=exe,
             preexec_fn=processes.die_with_parent if self.die_with_parent else None,

@@ -125,3 +125,22 @@ def test_missing_backend_binary_is_named_before_anything_starts(
 
 def test_berth_cli_is_this_interpreter() -> None:
     assert berth.BERTH_CLI[0] == sys.executable
+
+
+def test_what_up_with_berth_spawns_is_recorded_and_loads_again(tmp_path: Path) -> None:
+    from admission.devcluster.cluster import DevCluster
+
+    cluster = DevCluster(workdir=tmp_path, die_with_parent=True)
+    cluster.log_dir.mkdir()
+    sleep = str(Path("/bin/sleep").resolve())
+    procs = [cluster.spawn(name, [sleep, "30"])
+             for name in (berth.PROCESS_NAME, "kueue", "vc-scheduler")]
+    try:
+        again = DevCluster.load(tmp_path)  # what `down` and `status` read
+        assert [r.name for r in again.records] == [berth.PROCESS_NAME, "kueue", "vc-scheduler"]
+        assert all(again.running().values())
+        with pytest.raises(ValueError, match="not a component"):
+            cluster.spawn("miner", [sleep, "30"])
+    finally:
+        cluster.stop()
+    assert not any(processes.group_alive(rec.pgid) for _, rec in procs)
