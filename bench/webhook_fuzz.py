@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import copy
 import json
 import multiprocessing as mp
 import os
@@ -329,7 +330,10 @@ def _mutate_pod_once(ch: Chooser, pod: dict[str, Any], what: list[str],
             one = len(json.dumps(spec["containers"][0], allow_nan=True))
             n = min(n, GEN_CAP // max(1, one))  # no copying past the cap
             which = ch.choice(("containers", "initContainers", "ephemeralContainers"))
-            spec[which] = [dict(spec["containers"][0], name=f"c{j}") for j in range(n)]
+            # deep copies: shared nested maps would make the bench's own patch check (it applies
+            # each answer to its copy of the pod) remove a key once for all copies
+            spec[which] = [dict(copy.deepcopy(spec["containers"][0]), name=f"c{j}")
+                           for j in range(n)]
             what.append(f"spec.{which} = {n} copies of container 0")
     elif kind == "null-map":
         meta = pod.get("metadata")
