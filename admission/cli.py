@@ -24,21 +24,25 @@ def _command_modules() -> list[ModuleType]:
     return mods
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="berth",
-        description="Batch admission controller for multi-tenant GPU clusters on Kubernetes.",
-    )
+DESCRIPTION = "Batch admission controller for multi-tenant GPU clusters on Kubernetes."
+
+
+def build_parser(prog: str = "berth", description: str = DESCRIPTION,
+                 modules: Sequence[ModuleType] | None = None) -> argparse.ArgumentParser:
+    """The command line of ``prog`` with one subcommand per module (every command module by
+    default; the kubectl plugin passes its own few)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in _command_modules():
+    for mod in _command_modules() if modules is None else modules:
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, *,
+         parser: argparse.ArgumentParser | None = None) -> int:
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "_run"):
         parser.print_help()
@@ -46,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._run(args))
     except UsageError as exc:
-        print(f"berth {args.command}: {exc}", file=sys.stderr)
+        print(f"{parser.prog} {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
