@@ -64,7 +64,8 @@ class Controller:
             solve = self._worker
         self.releaser = Releaser(api=api, backend=self.backend, record=self._record,
                                  clock=clock, queues=settings.queues,
-                                 writers=settings.release_writers)
+                                 writers=settings.release_writers,
+                                 forget=self.inventory.forget_pod)
         self.explainer = Explainer(api=api, clock=clock, record=self._record, identity=identity,
                                    writers=settings.release_writers)
         self.leader_required = False  # set by start(): only a running replica needs the Lease

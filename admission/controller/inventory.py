@@ -11,6 +11,7 @@ and not yet bound) or waits behind Berth's gate. Finished and deleted pods are d
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,12 +36,24 @@ def _rv(obj: Obj) -> int:
         return 0
 
 
+#: How many dropped pods the inventory remembers (see :attr:`Inventory._dropped`).
+DROPPED_REMEMBERED = 65536
+#: The version a deleted pod is remembered at: no later copy of it may bring it back.
+_FOREVER = 1 << 62
+
+
 class Inventory:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._nodes: dict[str, Obj] = {}
         self._pods: dict[str, Obj] = {}
         self._version = 0  # bumped on every change, so the fast path can tell news from noise
+        # uid -> the resourceVersion at which a pod left the inventory (_FOREVER once deleted,
+        # finished or terminating, states no pod comes back from). The release records what
+        # the API server answered, and that answer may arrive after the watch's DELETED: without
+        # this, the older copy would bring a deleted pod back as a ghost that the cycle keeps
+        # admitting (and holding capacity for) until the next relist.
+        self._dropped: OrderedDict[str, int] = OrderedDict()
 
     # ---------------------------------------------------------------- pods
     @staticmethod
@@ -54,16 +67,23 @@ class Inventory:
         Returns True when the inventory changed."""
         pod = slim(pod)
         key = pod_key(pod)
+        uid = str(meta(pod).get("uid") or "")
         with self._lock:
             old = self._pods.get(key)
             if event == "DELETED" or not self.pod_matters(pod):
+                terminal = event == "DELETED" or is_finished(pod) \
+                    or bool(meta(pod).get("deletionTimestamp"))
+                self._drop_mark(uid, _FOREVER if terminal else _rv(pod))
                 if old is None:
                     return False
                 if event == "DELETED" and meta(old).get("uid") != meta(pod).get("uid"):
                     return False
                 del self._pods[key]
             else:
-                # Ignore stale echoes of an object the release already recorded.
+                # Ignore stale copies: of a pod already dropped at a later version (or for good),
+                # and echoes of an object the release already recorded.
+                if uid and self._dropped.get(uid, -1) >= _rv(pod):
+                    return False
                 if old is not None and meta(old).get("uid") == meta(pod).get("uid") \
                         and _rv(old) > _rv(pod):
                     return False
@@ -71,10 +91,26 @@ class Inventory:
             self._version += 1
             return True
 
+    def forget_pod(self, pod: Obj) -> bool:
+        """The API server said this pod is gone (404): drop it as a DELETED event would."""
+        return self.apply_pod("DELETED", pod)
+
+    def _drop_mark(self, uid: str, rv: int) -> None:
+        if not uid:
+            return
+        if self._dropped.get(uid, -1) < rv:
+            self._dropped[uid] = rv
+            self._dropped.move_to_end(uid)
+            while len(self._dropped) > DROPPED_REMEMBERED:
+                self._dropped.popitem(last=False)
+
     def replace_pods(self, pods: Sequence[Obj]) -> None:
         """A full relist (start-up, resync, or a watch that expired)."""
         fresh = {pod_key(p): slim(p) for p in pods if self.pod_matters(p)}
         with self._lock:
+            # What the list holds exists now: only a pod the list lacks stays dropped.
+            for p in fresh.values():
+                self._dropped.pop(str(meta(p).get("uid") or ""), None)
             self._pods = fresh
             self._version += 1
 

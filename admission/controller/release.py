@@ -73,10 +73,11 @@ class ReleaseResult:
 class Releaser:
     def __init__(self, *, api: ClusterApi, backend: Backend, record: Callable[[Obj], object],
                  clock: Callable[[], datetime], queues: Mapping[str, str],
-                 writers: int = 1) -> None:
+                 writers: int = 1, forget: Callable[[Obj], object] | None = None) -> None:
         self.api = api
         self.backend = backend
         self.record = record  # feeds each returned object into the inventory
+        self.forget = forget or (lambda pod: None)  # drops a pod the API server says is gone
         self.clock = clock
         self.queues = queues
         # Gangs side by side, and each gang's pods side by side: the gang threads mostly wait
@@ -99,11 +100,15 @@ class Releaser:
             m = tr.meta(pod)
             try:
                 new = self.api.patch_pod(m["namespace"], m["name"], ops)
+            except NotFound:
+                self.forget(pod)  # missed or not yet seen DELETED: no ghost for the next cycle
+                raise
             except Conflict:
                 if attempt:
                     raise
                 fresh = self.api.get_pod(m["namespace"], m["name"])
                 if fresh is None or tr.meta(fresh).get("uid") != m.get("uid"):
+                    self.forget(pod)
                     raise NotFound(404, f"pod {tr.pod_key(pod)} is gone") from None
                 self.record(fresh)
                 pod = fresh
