@@ -67,7 +67,8 @@ class Controller:
                                  writers=settings.release_writers,
                                  forget=self.inventory.forget_pod)
         self.explainer = Explainer(api=api, clock=clock, record=self._record, identity=identity,
-                                   writers=settings.release_writers)
+                                   writers=settings.release_writers,
+                                   forget=self.inventory.forget_pod)
         self.leader_required = False  # set by start(): only a running replica needs the Lease
         self.cycle = Cycle(inventory=self.inventory, settings=settings, releaser=self.releaser,
                            explainer=self.explainer, solve=solve,

@@ -19,7 +19,7 @@ from datetime import datetime
 
 from admission.controller import keys
 from admission.controller import translate as tr
-from admission.controller.api import ApiError, ClusterApi
+from admission.controller.api import ApiError, ClusterApi, NotFound
 from admission.controller.snapshot import Built, GangInfo, GangState, Refusal
 from admission.controller.translate import Obj
 from admission.controller.writers import Writers
@@ -119,10 +119,12 @@ class Explainer:
     """Writes conditions and Events, within a per-cycle budget."""
 
     def __init__(self, *, api: ClusterApi, clock: Callable[[], datetime],
-                 record: Callable[[Obj], object], identity: str, writers: int = 1) -> None:
+                 record: Callable[[Obj], object], identity: str, writers: int = 1,
+                 forget: Callable[[Obj], object] | None = None) -> None:
         self.api = api
         self.clock = clock
         self.record = record
+        self.forget = forget or (lambda pod: None)  # drops a pod the API server says is gone
         self.identity = identity
         self._writers = Writers(writers, "berth-explain")
 
@@ -139,6 +141,10 @@ class Explainer:
         def one(item: tuple[Obj, Why]) -> bool:
             try:
                 self._write(*item)
+            except NotFound as exc:
+                self.forget(item[0])  # gone: the next cycle must not explain (or admit) it
+                log.info("explaining %s: %s", tr.pod_key(item[0]), exc)
+                return False
             except ApiError as exc:
                 log.warning("explaining %s: %s", tr.pod_key(item[0]), exc)
                 return False

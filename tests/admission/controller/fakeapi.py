@@ -143,7 +143,9 @@ class FakeApi:
         return copy.deepcopy(new)
 
     def set_pod_condition(self, namespace: str, name: str, condition: Json) -> Json:
-        pod = self.pods[f"{namespace}/{name}"]
+        pod = self.pods.get(f"{namespace}/{name}")
+        if pod is None:
+            raise NotFound(404, f'pods "{name}" not found')
         conds = pod.setdefault("status", {}).setdefault("conditions", [])
         conds[:] = [c for c in conds if c["type"] != condition["type"]] + [condition]
         return copy.deepcopy(self._bump(pod))

@@ -102,3 +102,14 @@ def test_a_pod_deleted_before_its_release_is_not_admitted_again() -> None:
     second = ctl.run_cycle()
     assert second.admitted == 0 and second.released == []
     assert api.patches == []
+
+
+def test_a_waiting_pod_deleted_unseen_is_dropped_when_its_condition_write_404s() -> None:
+    api = FakeApi()
+    api.add_node(node("n0", gpus=1))
+    api.add_pod(pod("w0", gpus=4))  # never fits: it waits, and the cycle tells it why
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    del api.pods["team-a/w0"]
+    ctl.run_cycle()
+    assert ctl.inventory.view().pods == {}
