@@ -119,12 +119,12 @@ class Explainer:
     """Writes conditions and Events, within a per-cycle budget."""
 
     def __init__(self, *, api: ClusterApi, clock: Callable[[], datetime],
-                 record: Callable[[Obj], object], identity: str, writers: int = 1,
-                 forget: Callable[[Obj], object] | None = None) -> None:
+                 record: Callable[[Obj], object], forget: Callable[[Obj], object],
+                 identity: str, writers: int = 1) -> None:
         self.api = api
         self.clock = clock
         self.record = record
-        self.forget = forget or (lambda pod: None)  # drops a pod the API server says is gone
+        self.forget = forget  # drops a pod the API server says is gone from the inventory
         self.identity = identity
         self._writers = Writers(writers, "berth-explain")
 

@@ -73,11 +73,11 @@ class ReleaseResult:
 class Releaser:
     def __init__(self, *, api: ClusterApi, backend: Backend, record: Callable[[Obj], object],
                  clock: Callable[[], datetime], queues: Mapping[str, str],
-                 writers: int = 1, forget: Callable[[Obj], object] | None = None) -> None:
+                 forget: Callable[[Obj], object], writers: int = 1) -> None:
         self.api = api
         self.backend = backend
         self.record = record  # feeds each returned object into the inventory
-        self.forget = forget or (lambda pod: None)  # drops a pod the API server says is gone
+        self.forget = forget  # drops a pod the API server says is gone from the inventory
         self.clock = clock
         self.queues = queues
         # Gangs side by side, and each gang's pods side by side: the gang threads mostly wait
