@@ -277,8 +277,15 @@ def scan(text: str, caps: Caps, source: str = "") -> list[Duplicate]:
             if values > caps.max_values:
                 raise BoundError("values", caps.max_values, f"more than {caps.max_values} "
                                  "values", event.start_mark, source=source)
-    except yaml.YAMLError:
-        pass  # compose reports it, with its place
+    except yaml.YAMLError as exc:
+        # libyaml (PyYAML >= 6.0.4's wheels) has a nesting bound of its own, and its scanner
+        # reads a flow collection's tokens ahead, so it may stop before any event reaches the
+        # depth check above: the same bound exceeded, said the same way.
+        if (getattr(exc, "problem", None) or "").startswith("exceeded maximum nesting depth"):
+            raise BoundError("depth", caps.max_depth, f"nested more than {caps.max_depth} "
+                             "levels deep", getattr(exc, "problem_mark", None),
+                             loc=stack[-1].loc if stack else (), source=source) from None
+        # anything else: compose reports it, with its place
     return duplicates
 
 
