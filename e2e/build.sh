@@ -7,8 +7,8 @@
 # cached per version in $BERTH_E2E_CACHE (default ~/.cache/berth-e2e)/<component>-<version>/bin.
 # A cached component is not rebuilt. Nothing is ever written into the repository.
 #
-# usage: e2e/build.sh [kubernetes|kubectl|etcd|kwok|kueue|volcano|core|all]...  (default: core)
-#   core = kubernetes etcd kwok; all = core kubectl kueue volcano
+# usage: e2e/build.sh [kubernetes|kubectl|etcd|kwok|kueue|volcano|helm|core|all]...  (default: core)
+#   core = kubernetes etcd kwok; all = core kubectl kueue volcano helm
 #        e2e/build.sh --bin-dir COMPONENT   prints where its binaries are cached
 set -euo pipefail
 
@@ -164,6 +164,18 @@ build_volcano_in_cwd() {
     chmod -R u+w share
 }
 
+# --- Helm: a plain module without replaces (the chart in charts/berth is rendered and installed
+# with it in the tests). The version is stamped as upstream's Makefile does, so that
+# `helm version` tells which release it is.
+build_helm_in_cwd() {
+    local v="$HELM_VERSION" major="${HELM_VERSION%%.*}"
+    printf 'module berth.local/e2e-helm\n\ngo 1.26.0\n' > go.mod
+    go get "helm.sh/helm/$major/cmd/helm@$v"
+    mkdir -p bin
+    go build -ldflags "$ldflags_strip -X helm.sh/helm/$major/internal/version.version=$v" \
+        -o bin/helm "helm.sh/helm/$major/cmd/helm"
+}
+
 build_one() {
     case "$1" in
         kubernetes) build_cached "kubernetes-$KUBERNETES_VERSION" build_kubernetes_in_cwd ;;
@@ -172,9 +184,10 @@ build_one() {
         kwok) build_cached "kwok-$KWOK_VERSION" build_kwok_in_cwd ;;
         kueue) build_cached "kueue-$KUEUE_VERSION" build_kueue_in_cwd ;;
         volcano) build_cached "volcano-$VOLCANO_VERSION" build_volcano_in_cwd ;;
+        helm) build_cached "helm-$HELM_VERSION" build_helm_in_cwd ;;
         core) build_one kubernetes; build_one etcd; build_one kwok ;;
-        all) build_one core; build_one kubectl; build_one kueue; build_one volcano ;;
-        *) echo "unknown component: $1 (kubernetes|kubectl|etcd|kwok|kueue|volcano|core|all)" >&2
+        all) build_one core; build_one kubectl; build_one kueue; build_one volcano; build_one helm ;;
+        *) echo "unknown component: $1 (kubernetes|kubectl|etcd|kwok|kueue|volcano|helm|core|all)" >&2
            return 2 ;;
     esac
 }
@@ -188,6 +201,7 @@ bin_dir() {
         kwok) key="$KWOK_VERSION" ;;
         kueue) key="$KUEUE_VERSION" ;;
         volcano) key="$VOLCANO_VERSION" ;;
+        helm) key="$HELM_VERSION" ;;
         *) echo "unknown component: $1" >&2; return 2 ;;
     esac
     echo "$cache/$1-$key/bin"

@@ -5,7 +5,7 @@
 #
 # usage: e2e/ci.sh [extra pytest args...]
 #   BERTH_E2E_CACHE       binary cache (default ~/.cache/berth-e2e); keep it between CI runs
-#   BERTH_E2E_COMPONENTS  what to build (default: all = kubernetes etcd kwok kueue volcano)
+#   BERTH_E2E_COMPONENTS  what to build (default: all = kubernetes etcd kwok kubectl kueue volcano helm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

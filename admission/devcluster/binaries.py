@@ -10,6 +10,7 @@ missing instead of failing later with a confusing error.
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ COMPONENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "kwok": ("KWOK_VERSION", ("kwok",)),
     "kueue": ("KUEUE_VERSION", ("kueue",)),
     "volcano": ("VOLCANO_VERSION", ("vc-scheduler",)),
+    "helm": ("HELM_VERSION", ("helm",)),
 }
 
 
@@ -93,3 +95,29 @@ def binary(name: str) -> Path:
         if name in bins:
             return component(comp).binary(name)
     raise KeyError(f"unknown binary {name!r}")
+
+
+def built_binary(name: str, *, log: Path | None = None, timeout: float = 3600) -> Path:
+    """Like :func:`binary`, but runs ``e2e/build.sh`` for the component first if it is not
+    built (minutes, once: the result is cached). Raises :class:`MissingBinary` with the end of
+    the build's output when the build fails (no Go toolchain, no module proxy)."""
+    owners = [c for c, (_, bins) in COMPONENTS.items() if name in bins]
+    if not owners:
+        raise KeyError(f"unknown binary {name!r}")
+    comp = owners[0]
+    if component(comp).built:
+        return component(comp).binary(name)
+    script = REPO_ROOT / "e2e" / "build.sh"
+    try:
+        proc = subprocess.run(["bash", str(script), comp], capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise MissingBinary(f"{name} is not built and `{script} {comp}` did not finish: {exc}"
+                            ) from None
+    if log is not None:
+        log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+        raise MissingBinary(f"{name} is not built and `{script} {comp}` failed "
+                            f"(exit {proc.returncode}; it needs Go and the module proxy):\n{tail}")
+    return component(comp).binary(name)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from admission.devcluster.binaries import MissingBinary, built_binary
 from admission.policy import check_text
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"
@@ -20,8 +21,11 @@ OVERLAYS = sorted(p.parent for p in (CONFIG / "overlays").glob("*/kustomization.
 def render(path: Path) -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.fail("kubectl is not installed: the manifests are rendered with "
-                    "`kubectl kustomize`; install kubectl (any version >= 1.27) to run this test")
+        try:  # the e2e build's kubectl, built here (minutes, once) when it is not yet
+            kubectl = str(built_binary("kubectl"))
+        except MissingBinary as exc:
+            pytest.fail(f"kubectl is needed: the manifests are rendered with `kubectl "
+                        f"kustomize`; put one (>= 1.27) on PATH, or: {exc}", pytrace=False)
     proc = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True,
                           timeout=60, check=False)
     assert proc.returncode == 0, f"kubectl kustomize {path} failed:\n{proc.stderr}"
