@@ -53,6 +53,8 @@ def install_rbac(api: client.ApiClient, namespace: str, suffix: str | None = Non
         kind, meta = doc["kind"], doc["metadata"]
         for subject in doc.get("subjects", []):
             subject["namespace"] = namespace
+        if not kind.startswith("Cluster"):
+            meta["namespace"] = namespace  # where kustomize would say berth-system
         if kind.startswith("Cluster"):
             meta["name"] = cluster_names[meta["name"]]
             if "roleRef" in doc and doc["roleRef"]["kind"] == "ClusterRole":

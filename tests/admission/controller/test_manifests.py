@@ -230,3 +230,22 @@ def test_network_policies_open_the_webhook_port_and_keep_metrics_to_monitoring()
         {"key": "app.kubernetes.io/name", "operator": "NotIn", "values": ["berth-webhook"]}]
     ports = {(p["protocol"], p["port"]) for rule in egress["egress"] for p in rule["ports"]}
     assert ports == {("TCP", 443), ("TCP", 6443), ("UDP", 53), ("TCP", 53)}
+
+
+# Kinds whose objects have no namespace; every other object an overlay renders must name one,
+# or `kubectl apply -k` puts it in whatever namespace the admin's kubeconfig is on.
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                  "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding", "CustomResourceDefinition",
+                  "ResourceFlavor", "ClusterQueue", "Queue"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_every_namespaced_object_names_its_namespace(overlay: Path) -> None:
+    docs = render(overlay)
+    nameless = [f"{d['kind']}/{d['metadata']['name']}" for d in docs
+                if d["kind"] not in CLUSTER_SCOPED and not d["metadata"].get("namespace")]
+    assert not nameless, f"{overlay.name}: no namespace on {nameless}"
+    berths = {d["metadata"]["namespace"] for d in docs
+              if d["kind"] not in CLUSTER_SCOPED and d["kind"] != "LocalQueue"}
+    assert berths == {"berth-system"}, berths
