@@ -276,7 +276,9 @@ def _untokenize(text: str) -> str:
 
         def sub(m: re.Match[str]) -> str:
             indent, key = m.group(1), m.group(2)
-            head = f"{indent}{key}: |" if scalar else f"{indent}{key}:"
+            # |2: the text's indentation is stated, so a first line that starts with spaces
+            # cannot shift the block.
+            head = f"{indent}{key}: |2" if scalar else f"{indent}{key}:"
             return f"{head}\n{{{{- {action} | nindent {len(indent) + 2} }}}}"
         text = re.sub(rf"^(\s*)([\w.]+): {token}$", sub, text, flags=re.M)
 

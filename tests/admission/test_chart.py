@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from admission import chart
 from admission.chart import CHOICES, Variant, as_values, canonical, helm_set_args, variants
@@ -187,3 +189,28 @@ def test_backend_policy_mismatch_with_sample_policy_is_impossible(helm: str) -> 
         text = one(docs, "ConfigMap", "berth-policy")["data"]["policy.yaml"]
         named = (yaml.safe_load(text).get("release") or {}).get("backend", "standalone")
         assert named == backend
+
+
+_TEXT = st.lists(st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=8)
+                 | st.sampled_from(["\n", "\t", " ", "{{", "}}", "---", "'", '"', "#", ": ", "|",
+                                    "\\", "{{ .Values.image.tag }}"]),
+                 max_size=12).map("".join)
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(note=_TEXT, lead=st.sampled_from(["", "  "]), trailer=st.sampled_from(["", "\n", "\n\n"]))
+def test_any_policy_text_reaches_the_configmap_as_written(helm: str, tmp_path: Path, note: str,
+                                                         lead: str, trailer: str) -> None:
+    # The policy ConfigMap holds the admin's text exactly (comments, quoting, template-like
+    # braces, a first line indented), except that it ends with one newline.
+    body = yaml.safe_dump({"apiVersion": "berth.dev/v1alpha1", "kind": "Policy",
+                           "release": {"backend": "standalone"}, "note": note,
+                           "tenants": [{"name": "a", "namespaces": ["a"]}]})
+    text = "".join(lead + line + "\n" for line in body.splitlines()) + trailer
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    docs = objects(helm_template(helm, "--set-file", f"policy={path}").stdout)
+    got = one(docs, "ConfigMap", "berth-policy")["data"]["policy.yaml"]
+    assert got == text.rstrip("\n") + "\n"
+    assert yaml.safe_load(got)["note"] == note
