@@ -163,3 +163,27 @@ def test_build_scripts_parse_and_refuse_unknown_components(tmp_path: Path) -> No
                            timeout=30)
     version = binaries.read_versions()["KUBERNETES_VERSION"]
     assert where.stdout.strip() == f"{tmp_path}/kubectl-{version}/bin"
+
+
+def test_built_binary_reports_a_build_that_cannot_run(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # An empty cache and no Go on PATH: the build is tried and its failure named, not hidden.
+    monkeypatch.setenv("BERTH_E2E_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    with pytest.raises(binaries.MissingBinary) as failed:
+        binaries.built_binary("helm", log=tmp_path / "build.log")
+    assert "build.sh helm` failed" in str(failed.value) and "needs Go" in str(failed.value)
+    assert (tmp_path / "build.log").read_text()
+
+
+def test_built_binary_uses_a_built_component_without_building(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BERTH_E2E_CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", "/nonexistent")  # a build attempt could not even start bash
+    home = binaries.component("helm").home
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "helm").write_text("#!/bin/sh\n")
+    (home / ".complete").touch()
+    assert binaries.built_binary("helm") == home / "bin" / "helm"
+    with pytest.raises(KeyError):
+        binaries.built_binary("no-such-tool")
