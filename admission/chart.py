@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from admission.devcluster.binaries import MissingBinary, binary
+from admission.reference import write_files
 
 CHART = Path("charts") / "berth"
 REGENERATE = "berth chart"
@@ -544,11 +545,4 @@ def write_chart(root: Path, kubectl: str | None = None) -> list[str]:
     for path in sorted(_generated(root) - set(fresh)):
         os.unlink(root / path)
         changed.append(path)
-    for path, text in fresh.items():
-        target = root / path
-        if target.is_file() and target.read_text(encoding="utf-8") == text:
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-        changed.append(path)
-    return changed
+    return changed + write_files(root, fresh)

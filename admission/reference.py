@@ -232,8 +232,14 @@ def stale(root: Path) -> list[str]:
 
 def write_all(root: Path) -> list[str]:
     """Write every generated file under ``root``; returns those whose content changed."""
+    return write_files(root, render_all())
+
+
+def write_files(root: Path, files: dict[str, str]) -> list[str]:
+    """Write ``files`` (text by path relative to ``root``) where they differ; returns the paths
+    written. Shared by ``berth docs`` and ``berth chart``."""
     changed = []
-    for path, fresh in render_all().items():
+    for path, fresh in files.items():
         target = root / path
         if target.is_file() and target.read_text(encoding="utf-8") == fresh:
             continue
