@@ -14,7 +14,8 @@ cost about 3.5 us a review, a tenth of the review itself; ``ReviewStats.observe`
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import (
@@ -88,9 +89,43 @@ class ReviewStats:
         return family
 
 
+# More exposition text from elsewhere, appended to a scrape: ``berth serve``'s controller runs
+# in a process of its own, and its metrics are served through the webhook's /metrics.
+ExtraMetrics = Callable[[], Awaitable[bytes]]
+
+
+def family_names(text: bytes) -> set[bytes]:
+    """The metric families an exposition text declares (its ``# HELP name`` lines)."""
+    return {line.split(b" ", 3)[2] for line in text.splitlines()
+            if line.startswith(b"# HELP ") and line.count(b" ") >= 2}
+
+
+def without_families(text: bytes, names: set[bytes]) -> bytes:
+    """``text`` less the families in ``names`` (each family runs from its ``# HELP`` line to
+    the next one), so that two registries' texts can be joined without declaring a family
+    twice, which Prometheus refuses."""
+    kept: list[bytes] = []
+    keep = True
+    for line in text.splitlines(keepends=True):
+        if line.startswith(b"# HELP ") and line.count(b" ") >= 2:
+            keep = line.split(b" ", 3)[2] not in names
+        if keep:
+            kept.append(line)
+    return b"".join(kept)
+
+
+async def exposition(registry: CollectorRegistry, extra: ExtraMetrics | None) -> bytes:
+    """The registry's text, then ``extra``'s families that the registry does not have."""
+    own: bytes = generate_latest(registry)
+    if extra is None:
+        return own
+    return own + without_families(await extra(), family_names(own))
+
+
 class WebhookMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.extra: ExtraMetrics | None = None  # appended to every scrape of this registry
         r = self.registry
         self.reviews = ReviewStats()
         r.register(self.reviews)
@@ -149,17 +184,21 @@ class MetricsServer:
     reviews are counted on (:class:`ReviewStats` is not locked).
     """
 
-    def __init__(self, registry: CollectorRegistry, *, host: str, port: int) -> None:
+    def __init__(self, registry: CollectorRegistry, *, host: str, port: int,
+                 extra: Callable[[], ExtraMetrics | None] = lambda: None,
+                 unix_path: Path | None = None) -> None:
         self.registry = registry
         self.host = host
         self._port = port
+        self._extra = extra  # read at each scrape
+        self.unix_path = unix_path  # serve on this Unix socket instead of host:port
         self.runner = web.ServerRunner(web.Server(self._handle, access_log=None))
 
     async def _handle(self, request: web.BaseRequest) -> web.Response:
         if request.method not in ("GET", "HEAD"):
             return web.Response(status=405, text="use GET\n", headers={"Allow": "GET, HEAD"})
         if request.path == "/metrics":
-            return web.Response(body=generate_latest(self.registry),
+            return web.Response(body=await exposition(self.registry, self._extra()),
                                 headers={"Content-Type": CONTENT_TYPE_LATEST})
         if request.path in ("/healthz", "/readyz"):
             return web.Response(text="ok\n")
@@ -168,7 +207,10 @@ class MetricsServer:
 
     async def start(self) -> None:
         await self.runner.setup()
-        await web.TCPSite(self.runner, self.host, self._port).start()
+        if self.unix_path is not None:
+            await web.UnixSite(self.runner, str(self.unix_path)).start()
+        else:
+            await web.TCPSite(self.runner, self.host, self._port).start()
 
     @property
     def port(self) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,11 +118,12 @@ def _probe_refusal(core: client.CoreV1Api, namespace: str) -> str:
 def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, str], *,
                   serve: bool = False, kubeconfig: Path | None = None,
                   lease_namespace: str | None = None,
-                  edit_policy: Callable[[dict[str, Any]], None] | None = None
-                  ) -> Iterator[BerthWebhook]:
+                  edit_policy: Callable[[dict[str, Any]], None] | None = None,
+                  serve_args: Sequence[str] = ()) -> Iterator[BerthWebhook]:
     """``berth webhook`` alone, or with ``serve`` the whole of Berth (``berth serve``: webhook
     and batch controller) talking to the apiserver through ``kubeconfig`` (default: the
-    cluster admin's), its Lease in ``lease_namespace`` (default: the first tenant's)."""
+    cluster admin's), its Lease in ``lease_namespace`` (default: the first tenant's), with
+    ``serve_args`` added to its command line."""
     workdir.mkdir(parents=True, exist_ok=True)
     policy = policy_for(namespaces, workdir / "policy.yaml", edit=edit_policy)
     port = processes.free_port()
@@ -136,7 +137,7 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
     if serve:
         argv += ["--kubeconfig", str(kubeconfig or cluster.kubeconfig),
                  "--namespace", lease_namespace or next(iter(namespaces.values())),
-                 "--identity", "e2e"]
+                 "--identity", "e2e", *serve_args]
     hook = BerthWebhook(policy=policy, port=port, argv=argv, workdir=workdir,
                         ca=certs / "ca.crt")
     try:

@@ -1,5 +1,6 @@
-"""``berth serve``: the webhook and the batch controller in one process (what config/ deploys);
-``--no-webhook`` runs the controller alone (config/overlays/split, beside ``berth webhook``)."""
+"""``berth serve``: the webhook and the batch controller (what config/ deploys), the controller
+in a child process unless ``--one-process``; ``--no-webhook`` runs the controller alone
+(config/overlays/split, beside ``berth webhook``)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run the batch controller alone, without the webhook (which then "
                         "runs as `berth webhook` under an identity with no API rights); "
                         "give --metrics-port for its metrics and probes")
+    parser.add_argument("--one-process", action="store_true",
+                        help="run the controller in the webhook's process instead of a child "
+                        "process of its own: one interpreter less in memory, but the "
+                        "controller's work then slows admission in a burst of pod creations")
+    # Internal: set by `berth serve` on the controller child it starts.
+    parser.add_argument("--metrics-socket", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "berth-system"),
                         help="namespace of the leader-election Lease (default $POD_NAMESPACE)")
     parser.add_argument("--lease-name", default="berth-controller")
@@ -74,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
                       webhook=not args.no_webhook, namespace=args.namespace,
                       lease_name=args.lease_name, identity=args.identity,
                       self_signed_secret=args.self_signed_secret,
-                      webhook_service=args.webhook_service, webhook_config=args.webhook_config)
+                      webhook_service=args.webhook_service, webhook_config=args.webhook_config,
+                      processes=1 if args.one_process else 2, log_level=args.log_level,
+                      event_loop=args.event_loop, metrics_socket=args.metrics_socket,
+                      parent_pid=args.parent_pid)
     try:
         event_loop.run(run_serve(cfg), args.event_loop)
     except event_loop.LoopUnavailable as exc:

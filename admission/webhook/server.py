@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import StreamReader, hdrs, web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from admission.certs import TlsReloader
 from admission.event_loop import loop_name
-from admission.metrics import MetricsServer, WebhookMetrics
+from admission.metrics import MetricsServer, WebhookMetrics, exposition
 from admission.policy import Policy, PolicyError, PolicyIssue, check_text
 from admission.webhook.review import (
     Decision,
@@ -352,7 +352,8 @@ class WebhookHandler:
         return _plain(200, f"ready; policy generation {self.state.policies.policy.generation}")
 
     async def _metrics(self, request: web.BaseRequest) -> web.Response:
-        return web.Response(body=generate_latest(self.state.metrics.registry),
+        metrics = self.state.metrics
+        return web.Response(body=await exposition(metrics.registry, metrics.extra),
                             headers={hdrs.CONTENT_TYPE: CONTENT_TYPE_LATEST})
 
 
@@ -402,7 +403,8 @@ class WebhookServer:
             web.Server(self.handler, access_log=None, keepalive_timeout=config.idle_timeout),
             shutdown_timeout=config.shutdown_timeout)
         self.metrics_server = (None if config.metrics_port is None else MetricsServer(
-            state.metrics.registry, host=config.host, port=config.metrics_port))
+            state.metrics.registry, host=config.host, port=config.metrics_port,
+            extra=lambda: state.metrics.extra))
         self._watcher: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -1,0 +1,296 @@
+"""Pace of pod creation through each admission path, side by side on one control plane.
+
+One local control plane (e2e/build.sh: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kwok), N kwok nodes with 8 GPUs each, and for each system in turn a burst of P
+one-GPU pods created by T client threads into two fresh namespaces, then (where the system
+releases pods) the wait until every pod that fits is Running. Systems:
+
+- ``none``: no webhook; kube-scheduler places the pods.
+- ``kueue``: Kueue's own pod webhooks (mutating and validating, its pod integration) and its
+  manager, with one ClusterQueue per namespace holding half of the GPUs.
+- ``berth-webhook``: ``berth webhook`` alone (pods are gated and stay so: creation only).
+- ``berth-serve``: ``berth serve``, the webhook and, in a child process, the controller.
+- ``berth-serve-one-process``: ``berth serve --one-process``, both in one interpreter (how
+  ``berth serve`` ran before the controller got its own process).
+
+Between systems every pod is deleted and waited for, so each burst starts on empty nodes.
+Reported per system: create time and rate (and its ratio to ``none``'s), time to Running p50
+and p99 from each pod's create call, pods Running per second (first to last Running), the
+kube-apiserver's CPU seconds from the burst's start to its end (``/proc``), the mean latency
+of the webhook calls as the kube-apiserver saw them (``apiserver_admission_webhook_admission_
+duration_seconds``), the CPU seconds of the system's own processes, and pods lost.
+
+    python3 e2e/bench_pace.py --nodes 1000 --pods 10000 --out e2e/bench_pace.md   # the issue's
+    python3 e2e/bench_pace.py --nodes 100 --pods 1000                              # a quick look
+
+A measurement, not a test: it asserts nothing about speed; it exits non-zero if a pod is lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from admission.devcluster import DevCluster, create_nodes, gpu_fleet
+from admission.devcluster.processes import group_members
+from e2e.bench_scale import Tracker, _lift_limits, _pct
+from e2e.berth import berth_webhook
+from e2e.conftest import E2ECluster, drop_namespace, make_namespace
+from e2e.helpers import pod_manifest
+from e2e.kueue import gpu_queues, kueue_manager
+
+SYSTEMS = ("none", "kueue", "berth-webhook", "berth-serve", "berth-serve-one-process")
+QUEUE = "pace"
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes (and their reaped children)."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15]) / _HZ  # utime stime cutime cstime
+    return total
+
+
+def descendants(pids: list[int]) -> list[int]:
+    """These processes and every process below them."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(parents.get(pid, []))
+    return out
+
+
+_WEBHOOK_SUM = re.compile(
+    r'^apiserver_admission_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\} (\S+)$')
+
+
+def webhook_seconds(api: client.ApiClient) -> tuple[float, float]:
+    """Sum and count of every webhook call the kube-apiserver made so far."""
+    resp = api.call_api("/metrics", "GET", auth_settings=["BearerToken"],
+                        _preload_content=False)[0]
+    total = count = 0.0
+    for line in resp.data.decode().splitlines():
+        m = _WEBHOOK_SUM.match(line)
+        if m and 'operation="CREATE"' in m.group(2):
+            if m.group(1) == "sum":
+                total += float(m.group(3))
+            else:
+                count += float(m.group(3))
+    return total, count
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, cluster: DevCluster, e2e: E2ECluster,
+                 work: Path, fleet_gpus: int) -> None:
+        self.args, self.cluster, self.e2e, self.work = args, cluster, e2e, work
+        self.core = e2e.core
+        self.fleet_gpus = fleet_gpus
+        self.apiserver = next(r.pid for r in cluster.records if r.name == "kube-apiserver")
+
+    @contextlib.contextmanager
+    def system(self, name: str, namespaces: dict[str, str]
+               ) -> Iterator[tuple[Callable[[], list[int]], dict[str, str], bool]]:
+        """Set ``name`` up; yield (its processes, labels for the pods, whether pods run)."""
+        if name == "none":
+            yield (lambda: []), {}, True
+        elif name == "kueue":
+            ns = list(namespaces.values())
+            with kueue_manager(self.e2e, self.work / name, ns, frameworks=("pod",)) as rec, \
+                    contextlib.ExitStack() as stack:
+                for n in ns:
+                    stack.enter_context(gpu_queues(self.e2e, n, QUEUE,
+                                                   self.fleet_gpus // len(ns)))
+                yield (lambda: group_members(rec.pgid)), \
+                    {"kueue.x-k8s.io/queue-name": QUEUE}, True
+        else:
+            serve = name != "berth-webhook"
+            extra = ("--one-process",) if name == "berth-serve-one-process" else ()
+            with berth_webhook(self.e2e, self.work / name, namespaces, serve=serve,
+                               edit_policy=_lift_limits, serve_args=extra) as hook:
+                assert hook.record is not None
+                pgid = hook.record.pgid
+                yield (lambda: descendants(group_members(pgid))), {}, serve
+
+    def run(self, name: str) -> dict[str, Any]:
+        namespaces = {"team-a": make_namespace(self.core, f"pace-{name}-a"),
+                      "team-b": make_namespace(self.core, f"pace-{name}-b")}
+        try:
+            with self.system(name, namespaces) as (procs, labels, runs):
+                return self._burst(name, namespaces, procs, labels, runs)
+        finally:
+            for ns in namespaces.values():
+                self._empty(ns)
+                drop_namespace(self.e2e.api, ns, timeout=600)
+
+    def _empty(self, ns: str) -> None:
+        """Delete every pod (lifting finalizers a stopped system left) and wait for them."""
+        self.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            left = json.loads(self.core.list_namespaced_pod(
+                ns, _preload_content=False).data)["items"]
+            if not left:
+                return
+            for p in left:
+                if p["metadata"].get("finalizers"):
+                    with contextlib.suppress(client.ApiException):
+                        self.core.patch_namespaced_pod(p["metadata"]["name"], ns,
+                                                       {"metadata": {"finalizers": None}})
+            time.sleep(2)
+
+    def _burst(self, name: str, namespaces: dict[str, str], procs: Callable[[], list[int]],
+               labels: dict[str, str], runs: bool) -> dict[str, Any]:
+        args = self.args
+        tracker, stop = Tracker(), threading.Event()
+        for ns in namespaces.values():
+            threading.Thread(target=tracker.run, args=(self.core, ns, stop), daemon=True).start()
+        created: dict[str, float] = {}
+        failed: list[str] = []
+        lock = threading.Lock()
+        ns_list = list(namespaces.values())
+
+        def create(i: int) -> None:
+            ns = ns_list[i % len(ns_list)]
+            pod = pod_manifest(f"p{i:05d}", gpus=1, labels=labels)
+            try:
+                self.core.create_namespaced_pod(ns, pod)
+            except client.ApiException as exc:
+                with lock:
+                    failed.append(f"{ns}/p{i:05d}: {exc.status} {exc.reason}")
+                return
+            with lock:
+                created[f"{ns}/p{i:05d}"] = time.monotonic()
+
+        hook_sum0, hook_n0 = webhook_seconds(self.e2e.api)
+        api0, own0 = cpu_seconds([self.apiserver]), cpu_seconds(procs())
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=args.threads) as pool:
+            list(pool.map(create, range(args.pods)))
+        create_s = time.monotonic() - t0
+        api_create = cpu_seconds([self.apiserver]) - api0
+        hook_sum, hook_n = webhook_seconds(self.e2e.api)
+        can_run = min(len(created), self.fleet_gpus)
+        if runs:
+            deadline = time.monotonic() + args.timeout
+            while time.monotonic() < deadline:
+                with tracker.lock:
+                    if len(tracker.running) >= can_run:
+                        break
+                time.sleep(1)
+        settled = time.monotonic() - t0
+        api_all = cpu_seconds([self.apiserver]) - api0
+        own_all = cpu_seconds(procs()) - own0
+        stop.set()
+        pods = {f"{ns}/{p['metadata']['name']}" for ns in ns_list for p in json.loads(
+            self.core.list_namespaced_pod(ns, _preload_content=False).data)["items"]}
+        lost = [k for k in created if k not in pods]
+        with tracker.lock:
+            running = {k: t for k, t in tracker.running.items() if k in created}
+        to_run = [t - created[k] for k, t in running.items()]
+        times = sorted(running.values())
+        span = times[-1] - times[0] if len(times) > 1 else float("nan")
+        calls = hook_n - hook_n0
+        return {
+            "system": name, "pods": args.pods, "created": len(created),
+            "create_failed": len(failed), "create_s": round(create_s, 1),
+            "create_per_s": round(len(created) / create_s, 1),
+            "running": len(running) if runs else "-",
+            "running_p50_s": round(_pct(to_run, 0.5), 1) if runs else "-",
+            "running_p99_s": round(_pct(to_run, 0.99), 1) if runs else "-",
+            "running_per_s": (round(len(running) / span, 1) if runs and span == span and span
+                              else "-"),
+            "apiserver_cpu_s_create": round(api_create, 1),
+            "apiserver_cpu_s_total": round(api_all, 1),
+            "webhook_calls": int(calls),
+            "webhook_mean_ms": round(1000 * (hook_sum - hook_sum0) / calls, 1) if calls else "-",
+            "system_cpu_s": round(own_all, 1) if name != "none" else "-",
+            "lost": len(lost), "settled_s": round(settled, 1),
+            "load_1m": round(os.getloadavg()[0], 1),
+            "first_failures": "; ".join(failed[:2]),
+        }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--pods", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help=f"comma-separated, in this order (default: {','.join(SYSTEMS)})")
+    ap.add_argument("--timeout", type=float, default=900,
+                    help="seconds to wait, after a burst, for every pod that fits to run")
+    ap.add_argument("--out", type=Path, default=None, help="append markdown rows here")
+    args = ap.parse_args()
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        ap.error(f"--systems: unknown {unknown}; choose from {', '.join(SYSTEMS)}")
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="berth-pace-"))
+    cluster = DevCluster(workdir=work)
+    cluster.start()
+    rows = []
+    try:
+        api = config.new_client_from_config(str(cluster.kubeconfig))
+        core = client.CoreV1Api(api)
+        racks = max(1, args.nodes // 10)
+        fleet = gpu_fleet(blocks=1, racks_per_block=racks, nodes_per_rack=args.nodes // racks,
+                          gpus_per_node=8)
+        create_nodes(core, fleet)
+        e2e = E2ECluster(api=api, kubeconfig=cluster.kubeconfig, nodes=fleet, local=cluster)
+        bench = Bench(args, cluster, e2e, work, fleet_gpus=len(fleet) * 8)
+        for name in systems:
+            row = bench.run(name)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        cluster.wipe()
+    base = next((r["create_per_s"] for r in rows if r["system"] == "none"), None)
+    for r in rows:
+        r["vs_none"] = round(r["create_per_s"] / base, 2) if base else "-"
+    head = ["system", "pods", "created", "create_s", "create_per_s", "vs_none", "running",
+            "running_p50_s", "running_p99_s", "running_per_s", "apiserver_cpu_s_create",
+            "apiserver_cpu_s_total", "webhook_calls", "webhook_mean_ms", "system_cpu_s",
+            "lost", "load_1m"]
+    table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    table += ["| " + " | ".join(str(r[h]) for h in head) + " |" for r in rows]
+    stamp = (f"{time.strftime('%Y-%m-%d %H:%M')} UTC, {args.nodes} nodes x 8 GPUs, "
+             f"{args.pods} pods, {args.threads} threads, {round(time.monotonic() - started)} s"
+             f" wall, load median {statistics.median([float(r['load_1m']) for r in rows]):.1f}"
+             if rows else "")
+    print(stamp)
+    print("\n".join(table))
+    if args.out:
+        with args.out.open("a") as f:
+            f.write(f"\n### Run of {stamp}\n\n" + "\n".join(table) + "\n")
+    return 0 if rows and not any(r["lost"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
