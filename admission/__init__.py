@@ -23,7 +23,7 @@ Shared modules: :mod:`~admission.constants` (every key Berth writes or reads),
 the webhook, the controller and the tests' fake API server), :mod:`~admission.certs` and
 :mod:`~admission.certbuilder` (certificates), :mod:`~admission.kube` (the controller's cluster
 API over the ``kubernetes`` client), :mod:`~admission.metrics`, :mod:`~admission.event_loop`,
-:mod:`~admission.serve` (webhook and controller in one process), :mod:`~admission.errors`.
+:mod:`~admission.serve` (the webhook and its controller child process), :mod:`~admission.errors`.
 
 The layers are import-linter contracts in pyproject.toml, run in CI.
 """

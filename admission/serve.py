@@ -155,9 +155,10 @@ def controller_argv(cfg: ServeConfig, socket_path: Path) -> list[str]:
 class ControllerProcess:
     """The controller as a child process of the webhook's: started, watched, started again
     with a backoff when it dies, stopped with SIGTERM (it gives the Lease up), and scraped for
-    its metrics over a Unix socket. The child runs in a session of its own, so a terminal's
-    Ctrl-C reaches only the parent, which stops it in order; it exits by itself within
-    ``PARENT_INTERVAL`` when the parent is gone."""
+    its metrics over a Unix socket. The child stays in the parent's process group, so a signal
+    to the group (a crash test's SIGKILL, a supervisor's SIGTERM) reaches both; it ignores
+    SIGINT (a terminal's Ctrl-C), which the parent turns into an orderly stop, and it exits by
+    itself within ``PARENT_INTERVAL`` when the parent alone is gone."""
 
     def __init__(self, cfg: ServeConfig, registry: WebhookMetrics) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="berth-controller-"))
@@ -177,7 +178,7 @@ class ControllerProcess:
     async def _spawn(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.socket.unlink()
-        self.proc = await asyncio.create_subprocess_exec(*self.argv, start_new_session=True)
+        self.proc = await asyncio.create_subprocess_exec(*self.argv)
         log.info("controller process %d started", self.proc.pid)
 
     async def _supervise(self) -> None:
@@ -272,7 +273,9 @@ async def run_serve(cfg: ServeConfig) -> None:
                if cfg.metrics_socket is not None else "metrics on the webhook port")
     log.info("berth serving %s, %s; controller %s competing for lease %s/%s", serving, metrics,
              controller.elector.identity, cfg.namespace, cfg.lease_name)
-    stop = _stop_on_signals()
+    # A controller child stops on SIGTERM (its parent's, or its group's) and when its parent
+    # is gone, never on SIGINT: the parent decides the order of an interactive stop.
+    stop = _stop_on_signals(interrupt=cfg.parent_pid is None)
     watcher = (None if cfg.parent_pid is None
                else asyncio.create_task(_parent_gone(cfg.parent_pid, stop)))
     await stop.wait()
@@ -283,11 +286,14 @@ async def run_serve(cfg: ServeConfig) -> None:
     await front.stop()
 
 
-def _stop_on_signals() -> asyncio.Event:
+def _stop_on_signals(*, interrupt: bool = True) -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    if interrupt:
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+    else:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     return stop
 
 

@@ -172,13 +172,27 @@ def test_the_controller_does_not_outlive_its_parent(tmp_path: Path) -> None:
     serve = Serve(tmp_path)
     try:
         child = _children(serve.proc.pid)[0]
-        serve.proc.kill()  # the parent alone: the child is in a session of its own
+        serve.proc.kill()  # the parent alone, not its process group
         serve.proc.wait()
         _wait("the orphaned controller to exit", lambda: not _alive(child), timeout=20)
     finally:
         serve.close()
         if _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_both_in_order(tmp_path: Path) -> None:
+    serve = Serve(tmp_path)
+    try:
+        child = _children(serve.proc.pid)[0]
+        serve.metrics_with("berth_leader")  # the child is up and serving
+        os.killpg(serve.proc.pid, signal.SIGINT)  # as a terminal does: the whole group
+        assert serve.proc.wait(timeout=60) == 0, serve.log.read_text()
+        assert not _alive(child)
+        assert "controller process stopped (exit 0)" in serve.log.read_text()
+    finally:
+        serve.close()
 
 
 @pytest.mark.slow
