@@ -70,11 +70,15 @@ class ServeConfig:
     webhook_config: str = "berth"
     # With the webhook: 2 runs the controller in a child process, 1 in this one.
     processes: int = 2
+    # The controller child's niceness (os.nice): under CPU pressure the reviews the apiserver
+    # waits on go first; the controller's batch work (watches, solve, writes) takes the rest.
+    controller_nice: int = 10
     log_level: str = "INFO"  # passed on to the controller child
     event_loop: str = "auto"  # passed on to the controller child
     # Set only in a controller child: where it serves its metrics, and the parent to outlive.
     metrics_socket: Path | None = None
     parent_pid: int | None = None
+    nice: int = 0  # added to this process's niceness at start (the controller child's)
 
 
 def identity_default() -> str:
@@ -146,7 +150,8 @@ def controller_argv(cfg: ServeConfig, socket_path: Path) -> list[str]:
             "--policy", str(cfg.policy), "--namespace", cfg.namespace,
             "--lease-name", cfg.lease_name, "--identity", cfg.identity or identity_default(),
             "--log-level", cfg.log_level, "--event-loop", cfg.event_loop,
-            "--metrics-socket", str(socket_path), "--parent-pid", str(os.getpid())]
+            "--metrics-socket", str(socket_path), "--parent-pid", str(os.getpid()),
+            "--nice", str(cfg.controller_nice)]
     if cfg.kubeconfig:
         argv += ["--kubeconfig", cfg.kubeconfig]
     return argv
@@ -242,6 +247,8 @@ async def _parent_gone(parent: int, stop: asyncio.Event) -> None:
 
 
 async def run_serve(cfg: ServeConfig) -> None:
+    if cfg.nice:
+        os.nice(cfg.nice)  # before any thread starts: threads inherit it
     api = KubeApi(load_client(cfg.kubeconfig))  # fails fast, before anything listens
     if cfg.self_signed_secret is not None:
         await _self_signed(api, cfg, cfg.self_signed_secret)

@@ -10,6 +10,8 @@ releases pods) the wait until every pod that fits is Running. Systems:
   manager, with one ClusterQueue per namespace holding half of the GPUs.
 - ``berth-webhook``: ``berth webhook`` alone (pods are gated and stay so: creation only).
 - ``berth-serve``: ``berth serve``, the webhook and, in a child process, the controller.
+- ``berth-serve-nice0``: the same with ``--controller-nice 0``: the controller child at the
+  webhook's CPU priority instead of 10 below it.
 - ``berth-serve-one-process``: ``berth serve --one-process``, both in one interpreter (how
   ``berth serve`` ran before the controller got its own process).
 
@@ -23,6 +25,10 @@ duration_seconds``), the CPU seconds of the system's own processes, and pods los
     python3 e2e/bench_pace.py --nodes 1000 --pods 10000 --out e2e/bench_pace.md   # the issue's
     python3 e2e/bench_pace.py --nodes 100 --pods 1000                              # a quick look
 
+With ``--profile DIR`` py-spy (``pip install py-spy``) samples every Berth process during each
+burst's creates, only the threads that hold the interpreter lock (``--gil``), and DIR gets the
+folded stacks and a summary: where the lock was held, by which part of Berth.
+
 A measurement, not a test: it asserts nothing about speed; it exits non-zero if a pod is lost.
 """
 
@@ -33,11 +39,15 @@ import contextlib
 import json
 import os
 import re
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -48,14 +58,15 @@ from kubernetes import client, config
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.devcluster import DevCluster, create_nodes, gpu_fleet
-from admission.devcluster.processes import group_members
+from admission.devcluster.processes import group_members, https_context
 from e2e.bench_scale import Tracker, _lift_limits, _pct
-from e2e.berth import berth_webhook
+from e2e.berth import BerthWebhook, berth_webhook
 from e2e.conftest import E2ECluster, drop_namespace, make_namespace
 from e2e.helpers import pod_manifest
 from e2e.kueue import gpu_queues, kueue_manager
 
-SYSTEMS = ("none", "kueue", "berth-webhook", "berth-serve", "berth-serve-one-process")
+SYSTEMS = ("none", "kueue", "berth-webhook", "berth-serve", "berth-serve-nice0",
+           "berth-serve-one-process")
 QUEUE = "pace"
 _HZ = os.sysconf("SC_CLK_TCK")
 
@@ -92,8 +103,10 @@ _WEBHOOK_SUM = re.compile(
 
 def webhook_seconds(api: client.ApiClient) -> tuple[float, float]:
     """Sum and count of every webhook call the kube-apiserver made so far."""
-    resp = api.call_api("/metrics", "GET", auth_settings=["BearerToken"],
-                        _preload_content=False)[0]
+    method, url, headers, _, _ = api.param_serialize("GET", "/metrics",
+                                                     auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, header_params=headers)
+    resp.read()
     total = count = 0.0
     for line in resp.data.decode().splitlines():
         m = _WEBHOOK_SUM.match(line)
@@ -105,6 +118,89 @@ def webhook_seconds(api: client.ApiClient) -> tuple[float, float]:
     return total, count
 
 
+PROFILE_RATE = 50  # py-spy samples per second
+
+
+_PROCESS = re.compile(r'process \d+:"([^"]*)";')
+
+
+def summarize_profile(folded: Path, seconds: float) -> str:
+    """Per process, the share of the burst each part of Berth held the interpreter lock: the
+    deepest frame of a stack inside admission/ names it (else aiohttp's, else the leaf)."""
+    by_part: dict[tuple[str, str], int] = {}
+    for line in folded.read_text(errors="replace").splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        procs = _PROCESS.findall(stack)
+        frames = _PROCESS.sub("", stack).split(";")
+        proc = ("solver worker" if procs and "multiprocessing" in procs[-1]
+                else "controller child" if procs and "--no-webhook" in procs[-1] else "main")
+        part = next((f for f in reversed(frames) if "admission/" in f), None) or next(
+            (f for f in reversed(frames) if "aiohttp/" in f), frames[-1])
+        by_part[(proc, part)] = by_part.get((proc, part), 0) + int(n)
+    total = seconds * PROFILE_RATE
+    lines = [f"interpreter lock held, share of {seconds:.0f} s of creates "
+             f"({PROFILE_RATE} samples/s):"]
+    for proc in sorted({p for p, _ in by_part}):
+        held = sum(n for (p, _), n in by_part.items() if p == proc)
+        lines.append(f"  {proc}: {100 * held / total:.1f}%")
+        for (p, part), n in sorted(by_part.items(), key=lambda kv: -kv[1]):
+            if p == proc and n >= 0.005 * total:
+                lines.append(f"    {100 * n / total:5.1f}%  {part}")
+    return "\n".join(lines)
+
+
+class Profiler:
+    """py-spy on one process tree while a block runs."""
+
+    def __init__(self, out: Path | None, name: str, pid: int | None) -> None:
+        self.out, self.name, self.pid = out, name, pid
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+
+    def __enter__(self) -> Profiler:
+        if self.out is not None and self.pid is not None:
+            exe = shutil.which("py-spy")
+            if exe is None:
+                raise SystemExit("--profile needs py-spy on PATH (pip install py-spy)")
+            self.out.mkdir(parents=True, exist_ok=True)
+            self.proc = subprocess.Popen(
+                [exe, "record", "--pid", str(self.pid), "--subprocesses", "--nonblocking",
+                 "--gil", "--rate", str(PROFILE_RATE), "--format", "raw",
+                 "--output", str(self.out / f"{self.name}.folded")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.started = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None or self.out is None:
+            return
+        seconds = time.monotonic() - self.started
+        self.proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        self.proc.wait(timeout=60)
+        folded = self.out / f"{self.name}.folded"
+        if folded.exists():
+            summary = summarize_profile(folded, seconds)
+            (self.out / f"{self.name}.txt").write_text(summary + "\n")
+            print(f"{self.name}: {summary}", flush=True)
+
+
+def _wait_first_cycle(hook: BerthWebhook, timeout: float = 180) -> None:
+    """Until the controller has run a cycle: a burst should meet Berth running, not Berth
+    importing its solver (which a live deployment did long before)."""
+    ctx = https_context(hook.ca)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), urllib.request.urlopen(
+                f"https://127.0.0.1:{hook.port}/metrics", context=ctx, timeout=5) as r:
+            m = re.search(r"^berth_cycles_total (\S+)$", r.read().decode(), re.M)
+            if m and float(m.group(1)) >= 1:
+                return
+        time.sleep(1)
+    raise RuntimeError(f"berth serve ran no cycle in {timeout:.0f} s; see {hook.log}")
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace, cluster: DevCluster, e2e: E2ECluster,
                  work: Path, fleet_gpus: int) -> None:
@@ -112,6 +208,7 @@ class Bench:
         self.core = e2e.core
         self.fleet_gpus = fleet_gpus
         self.apiserver = next(r.pid for r in cluster.records if r.name == "kube-apiserver")
+        self.berth_pid: int | None = None  # the running Berth process, for --profile
 
     @contextlib.contextmanager
     def system(self, name: str, namespaces: dict[str, str]
@@ -130,12 +227,17 @@ class Bench:
                     {"kueue.x-k8s.io/queue-name": QUEUE}, True
         else:
             serve = name != "berth-webhook"
-            extra = ("--one-process",) if name == "berth-serve-one-process" else ()
+            extra = {"berth-serve-one-process": ("--one-process",),
+                     "berth-serve-nice0": ("--controller-nice", "0")}.get(name, ())
             with berth_webhook(self.e2e, self.work / name, namespaces, serve=serve,
                                edit_policy=_lift_limits, serve_args=extra) as hook:
                 assert hook.record is not None
                 pgid = hook.record.pgid
+                self.berth_pid = hook.record.pid
+                if serve:
+                    _wait_first_cycle(hook)
                 yield (lambda: descendants(group_members(pgid))), {}, serve
+                self.berth_pid = None
 
     def run(self, name: str) -> dict[str, Any]:
         namespaces = {"team-a": make_namespace(self.core, f"pace-{name}-a"),
@@ -190,7 +292,8 @@ class Bench:
         hook_sum0, hook_n0 = webhook_seconds(self.e2e.api)
         api0, own0 = cpu_seconds([self.apiserver]), cpu_seconds(procs())
         t0 = time.monotonic()
-        with ThreadPoolExecutor(max_workers=args.threads) as pool:
+        with Profiler(args.profile, name, self.berth_pid), \
+                ThreadPoolExecutor(max_workers=args.threads) as pool:
             list(pool.map(create, range(args.pods)))
         create_s = time.monotonic() - t0
         api_create = cpu_seconds([self.apiserver]) - api0
@@ -246,6 +349,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=900,
                     help="seconds to wait, after a burst, for every pod that fits to run")
     ap.add_argument("--out", type=Path, default=None, help="append markdown rows here")
+    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                    help="py-spy Berth's processes during each burst's creates into DIR")
     args = ap.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     unknown = sorted(set(systems) - set(SYSTEMS))

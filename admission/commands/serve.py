@@ -34,9 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run the controller in the webhook's process instead of a child "
                         "process of its own: one interpreter less in memory, but the "
                         "controller's work then slows admission in a burst of pod creations")
+    parser.add_argument("--controller-nice", type=int, default=10, metavar="N",
+                        help="niceness added to the controller process (0..19, default 10): "
+                        "when CPU is short, reviews go first and the controller's batch work "
+                        "(watches, solve, writes) takes what is left; 0 shares equally")
     # Internal: set by `berth serve` on the controller child it starts.
     parser.add_argument("--metrics-socket", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--nice", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "berth-system"),
                         help="namespace of the leader-election Lease (default $POD_NAMESPACE)")
     parser.add_argument("--lease-name", default="berth-controller")
@@ -65,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
     from admission.policy import PolicyError
 
     check_ports(args)
+    for flag, value in (("--controller-nice", args.controller_nice), ("--nice", args.nice)):
+        if not 0 <= value <= 19:
+            raise UsageError(f"{flag} must be 0..19 (a niceness to add), got {value}")
     if args.cert_dir is None and not args.no_webhook:
         raise UsageError("--cert-dir is required (unless --no-webhook)")
     if not args.policy.is_file():
@@ -85,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
                       webhook_service=args.webhook_service, webhook_config=args.webhook_config,
                       processes=1 if args.one_process else 2, log_level=args.log_level,
                       event_loop=args.event_loop, metrics_socket=args.metrics_socket,
-                      parent_pid=args.parent_pid)
+                      parent_pid=args.parent_pid, controller_nice=args.controller_nice,
+                      nice=args.nice)
     try:
         event_loop.run(run_serve(cfg), args.event_loop)
     except event_loop.LoopUnavailable as exc:

@@ -103,6 +103,10 @@ async def test_controller_only_reloads_the_policy_and_serves_metrics(
      "--metrics-port must differ from --port (8443)"),
     (["webhook", "--policy", "{policy}", "--cert-dir", "/x", "--metrics-port", "70000"],
      "--metrics-port must be 1..65535, got 70000"),
+    (["serve", "--policy", "{policy}", "--cert-dir", "/x", "--controller-nice", "25"],
+     "--controller-nice must be 0..19 (a niceness to add), got 25"),
+    (["serve", "--policy", "{policy}", "--cert-dir", "/x", "--controller-nice", "-5"],
+     "--controller-nice must be 0..19 (a niceness to add), got -5"),
 ])
 def test_flags_are_checked(policy_file: Path, capsys: pytest.CaptureFixture[str],
                            argv: list[str], message: str) -> None:

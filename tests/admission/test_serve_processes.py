@@ -73,6 +73,10 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _nice(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 def _wait(what: str, predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -137,6 +141,7 @@ def test_the_controller_runs_in_a_child_and_stops_first(tmp_path: Path) -> None:
         assert b"--no-webhook" in cmdline
         # One scrape: the webhook's families and the controller's, none declared twice.
         text = serve.metrics_with("berth_leader")
+        assert _nice(child) == _nice(serve.proc.pid) + 10  # --controller-nice's default
         assert "# HELP berth_webhook_review_seconds " in text
         assert "berth_controller_process_restarts_total 0.0" in text
         names = [line.split()[2] for line in text.splitlines() if line.startswith("# HELP ")]
