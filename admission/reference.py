@@ -177,6 +177,11 @@ def conditions_md() -> str:
            f"Event with the same reason and message (source `{rs.EVENT_SOURCE}`) whenever "
            "the condition's status, reason or message changes, at most "
            f"{rs.EXPLAIN_BUDGET} pods a cycle (the rest follow in later cycles). "
+           "A gang that waits without a warning is told so from the second batch cycle that "
+           "passes it over (a gang released by the cycle after its arrival is told nothing: "
+           "its plan is in its `berth.dev/` annotations, `berth explain` reads them); a "
+           "warning, and a change to what a gang was told, at once; `Released` only to pods "
+           "that were told they wait. "
            "Status `True`: Berth still holds the pod. `kubectl describe pod` shows both; "
            "`kubectl get events --field-selector reason=Quota` lists one reason.\n\n",
            "While Berth's gate is on, Kubernetes itself shows `PodScheduled=False` with "

@@ -99,15 +99,20 @@ def descendants(pids: list[int]) -> list[int]:
 
 _WEBHOOK_SUM = re.compile(
     r'^apiserver_admission_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\} (\S+)$')
+_REQUESTS = re.compile(r'^apiserver_request_total\{([^}]*)\} (\S+)$')
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+WRITE_VERBS = {"POST", "PATCH", "PUT", "DELETE"}
 
 
-def webhook_seconds(api: client.ApiClient) -> tuple[float, float]:
-    """Sum and count of every webhook call the kube-apiserver made so far."""
+def apiserver_counters(api: client.ApiClient) -> tuple[float, float, dict[str, float]]:
+    """From the kube-apiserver's /metrics: the sum and count of every webhook call on a
+    CREATE, and the write requests so far by resource (``pods``, ``pods/status``, ...)."""
     method, url, headers, _, _ = api.param_serialize("GET", "/metrics",
                                                      auth_settings=["BearerToken"])
     resp = api.call_api(method, url, header_params=headers)
     resp.read()
     total = count = 0.0
+    writes: dict[str, float] = {}
     for line in resp.data.decode().splitlines():
         m = _WEBHOOK_SUM.match(line)
         if m and 'operation="CREATE"' in m.group(2):
@@ -115,12 +120,26 @@ def webhook_seconds(api: client.ApiClient) -> tuple[float, float]:
                 total += float(m.group(3))
             else:
                 count += float(m.group(3))
-    return total, count
+            continue
+        r = _REQUESTS.match(line)
+        if r:
+            labels = dict(_LABEL.findall(r.group(1)))
+            if labels.get("verb") in WRITE_VERBS:
+                res = labels.get("resource", "?") + (
+                    f"/{labels['subresource']}" if labels.get("subresource") else "")
+                writes[res] = writes.get(res, 0.0) + float(r.group(2))
+    return total, count, writes
+
+
+def _writes_per_pod(before: dict[str, float], after: dict[str, float], pods: int) -> str:
+    """Write requests per created pod, by resource, the largest first (leases left out)."""
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    kept = sorted(((k, v / max(pods, 1)) for k, v in delta.items()
+                  if v > 0 and k != "leases"), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {v:.2f}" for k, v in kept if v >= 0.01)
 
 
 PROFILE_RATE = 50  # py-spy samples per second
-
-
 _PROCESS = re.compile(r'process \d+:"([^"]*)";')
 
 
@@ -236,8 +255,13 @@ class Bench:
                 self.berth_pid = hook.record.pid
                 if serve:
                     _wait_first_cycle(hook)
-                yield (lambda: descendants(group_members(pgid))), {}, serve
-                self.berth_pid = None
+                try:
+                    yield (lambda: descendants(group_members(pgid))), {}, serve
+                finally:
+                    self.berth_pid = None
+                    if self.args.logs is not None:
+                        self.args.logs.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(hook.log, self.args.logs / f"{name}.log")
 
     def run(self, name: str) -> dict[str, Any]:
         namespaces = {"team-a": make_namespace(self.core, f"pace-{name}-a"),
@@ -289,7 +313,7 @@ class Bench:
             with lock:
                 created[f"{ns}/p{i:05d}"] = time.monotonic()
 
-        hook_sum0, hook_n0 = webhook_seconds(self.e2e.api)
+        hook_sum0, hook_n0, writes0 = apiserver_counters(self.e2e.api)
         api0, own0 = cpu_seconds([self.apiserver]), cpu_seconds(procs())
         t0 = time.monotonic()
         with Profiler(args.profile, name, self.berth_pid), \
@@ -297,7 +321,7 @@ class Bench:
             list(pool.map(create, range(args.pods)))
         create_s = time.monotonic() - t0
         api_create = cpu_seconds([self.apiserver]) - api0
-        hook_sum, hook_n = webhook_seconds(self.e2e.api)
+        hook_sum, hook_n, writes_created = apiserver_counters(self.e2e.api)
         can_run = min(len(created), self.fleet_gpus)
         if runs:
             deadline = time.monotonic() + args.timeout
@@ -307,6 +331,7 @@ class Bench:
                         break
                 time.sleep(1)
         settled = time.monotonic() - t0
+        writes_all = apiserver_counters(self.e2e.api)[2]
         api_all = cpu_seconds([self.apiserver]) - api0
         own_all = cpu_seconds(procs()) - own0
         stop.set()
@@ -334,6 +359,9 @@ class Bench:
             "webhook_mean_ms": round(1000 * (hook_sum - hook_sum0) / calls, 1) if calls else "-",
             "system_cpu_s": round(own_all, 1) if name != "none" else "-",
             "lost": len(lost), "settled_s": round(settled, 1),
+            "writes_per_pod_during_creates": _writes_per_pod(writes0, writes_created,
+                                                             len(created)),
+            "writes_per_pod": _writes_per_pod(writes0, writes_all, len(created)),
             "load_1m": round(os.getloadavg()[0], 1),
             "first_failures": "; ".join(failed[:2]),
         }
@@ -351,6 +379,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="append markdown rows here")
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
                     help="py-spy Berth's processes during each burst's creates into DIR")
+    ap.add_argument("--logs", type=Path, default=None, metavar="DIR",
+                    help="copy each Berth system's log here (its cycle lines time each phase)")
     args = ap.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     unknown = sorted(set(systems) - set(SYSTEMS))

@@ -9,6 +9,13 @@
     6. requeue    tell every pod left waiting why (and every released pod its scheduler has not
                   bound), and publish the queue per tenant
 
+What the requeue phase writes is what a burst of pod creations competes with at the API server,
+so it writes only what a user needs: a gang is told it waits from the second batch cycle that
+passes it over (``Settings.explain_grace_batches``; a gang released by the cycle after its
+arrival never waited in any sense a user sees, and its plan is in its annotations), a warning
+(a broken or timed-out gang) and a change to what a gang was already told at once, and
+``Released`` only to pods that were told they wait, to turn that condition False.
+
 The fast path runs the same recipe, restricted to gangs of latency-critical classes, on arrival
 instead of at the window's end, against the capacity the last plans left.
 """
@@ -23,8 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from admission.controller import keys, trust
 from admission.controller import translate as tr
-from admission.controller import trust
 from admission.controller.explain import Explainer, Why, reasons
 from admission.controller.inventory import Inventory
 from admission.controller.metrics import Metrics
@@ -82,6 +89,10 @@ class Cycle:
         self.number = 0
         self._timed_out: set[str] = set()  # gangs already reported, so one event each
         self._memo = Memo()  # translations of unchanged pods and nodes, across cycles
+        # The batch cycle that first saw each waiting gang; a gang is told it waits from the
+        # next batch cycle on (see the module's docstring).
+        self._first_seen: dict[str, int] = {}
+        self._batches = 0
 
     @contextmanager
     def _phase(self, report: CycleReport, name: str) -> Iterator[None]:
@@ -96,6 +107,8 @@ class Cycle:
     # ------------------------------------------------------------------ the recipe
     def run(self, *, fast: bool = False) -> CycleReport:
         self.number += 1
+        if not fast:
+            self._batches += 1
         report = CycleReport(self.number, "fast" if fast else "batch")
         now = self.clock()
 
@@ -194,12 +207,34 @@ class Cycle:
                     info.tenant, trust.qos_of(pod, self.settings, info.tenant) or "", path
                 ).observe(max(0.0, (now - created).total_seconds()))
 
+    def _told_to_wait(self, built: Built, report: CycleReport) -> dict[str, Why]:
+        """The waiting gangs to tell why: warnings at once, the rest from the second batch
+        cycle that sees them waiting."""
+        if report.path == "batch":
+            live = set(report.why)
+            self._first_seen = {k: n for k, n in self._first_seen.items() if k in live}
+            for key in live:
+                self._first_seen.setdefault(key, self._batches)
+        grace = self.settings.explain_grace_batches
+        told = {k for k, g in built.gangs.items() if any(
+            (tr.pod_condition(p, keys.CONDITION_WAITING) or {}).get("status") == "True"
+            for p in g.gated)}  # already told: keep what it says true (after a restart too)
+        return {key: why for key, why in report.why.items()
+                if why.warning or key in told
+                or self._batches - self._first_seen.get(key, self._batches) >= grace}
+
     def _explain(self, built: Built, report: CycleReport) -> None:
         todo: list[tuple[tr.Obj, Why]] = []
         released_pods = [p for r in report.released + report.finished for p in r.released_pods]
         for pod in released_pods:
-            todo.append((pod, Why("Released", "released by Berth to its placement",
-                                  waiting=False)))
+            # Only a pod told it waits needs telling otherwise: for the others the plan in
+            # their annotations (berth explain) and their scheduler's events say it.
+            told = tr.pod_condition(self.inventory.pod(tr.pod_key(pod)) or pod,
+                                    keys.CONDITION_WAITING)
+            if (told is not None and told.get("status") == "True"
+                    or not self.settings.explain_grace_batches):
+                todo.append((pod, Why("Released", "released by Berth to its placement",
+                                      waiting=False)))
         # Released earlier, and still not bound by its scheduler: a refusal Berth reports.
         if report.path != "fast":
             # Only pods Berth really released (a managed namespace, its plan believed): a pod
@@ -208,7 +243,8 @@ class Cycle:
                     if trust.planned_shares(p, self.settings) is not None]
             todo.extend(not_bound(ours, self.clock(), self.settings.bind_grace_seconds))
         # Waiting pods, the head of each queue first, so the budget goes where users look.
-        for key, why in sorted(report.why.items(), key=lambda kv: kv[1].message):
+        tell = self._told_to_wait(built, report)
+        for key, why in sorted(tell.items(), key=lambda kv: kv[1].message):
             for pod in built.gangs[key].gated:
                 current = self.inventory.pod(tr.pod_key(pod)) or pod
                 if tr.has_berth_gate(current):

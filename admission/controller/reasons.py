@@ -127,7 +127,7 @@ REASONS: Final[tuple[Reason, ...]] = (
     Reason(
         "Released", False, "Normal", "cycle.py",
         "Berth wrote the pod's placement and removed its gate; the pod now belongs to its "
-        "scheduler.",
+        "scheduler. Said only to a pod that had been told it waits.",
         "released by Berth to its placement",
         "None.",
     ),

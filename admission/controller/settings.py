@@ -61,6 +61,11 @@ class Settings:
     # Most pod condition updates and events the controller writes per cycle, so that 10,000
     # waiting pods do not turn one cycle into 10,000 writes; the rest follow in later cycles.
     explain_budget: int = 500
+    # A gang waiting without a warning is told so (condition and Event) only from the batch
+    # cycle after this many batch cycles have seen it waiting, and Released is said only to
+    # pods told they wait: a burst whose gangs are released within a cycle or two writes no
+    # explanations at all (cycle.py). 0: every waiting gang at once, every released pod.
+    explain_grace_batches: int = 1
     # Pod writes in flight at once during a release and when explaining (each is one round
     # trip to the API server). Gangs are released side by side and each gang's pods written
     # side by side; the protocol's order (every placement of a gang before any of its gates)

@@ -22,7 +22,9 @@ def settings(**kw: object) -> Settings:
         namespaces={"team-a": "team-a", "team-b": "team-b"},
         sharing=Sharing(backend="time-slicing"),
         window_seconds=10.0, gang_timeout_seconds=300.0, solver="cpsat",
-        time_limit_seconds=2.0)
+        time_limit_seconds=2.0,
+        # Most tests read what one cycle says; test_cycle_quiet.py tests the grace.
+        explain_grace_batches=0)
     base.update(kw)
     return Settings(**base)  # type: ignore[arg-type]
 

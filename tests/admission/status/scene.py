@@ -79,4 +79,5 @@ def quota_scene() -> Scene:
             s.add(f"{g}-{k}", gang=g, size=2, gpus=4)
         s.clock.advance(1)
     s.cycle()
+    s.cycle()  # the second batch cycle that passes them over tells them why they wait
     return s
