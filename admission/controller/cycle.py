@@ -231,7 +231,7 @@ class Cycle:
             # their annotations (berth explain) and their scheduler's events say it.
             told = tr.pod_condition(self.inventory.pod(tr.pod_key(pod)) or pod,
                                     keys.CONDITION_WAITING)
-            if (told is not None and told.get("status") == "True"
+            if ((told is not None and told.get("status") == "True")
                     or not self.settings.explain_grace_batches):
                 todo.append((pod, Why("Released", "released by Berth to its placement",
                                       waiting=False)))
