@@ -12,6 +12,9 @@ releases pods) the wait until every pod that fits is Running. Systems:
 - ``berth-serve``: ``berth serve``, the webhook and, in a child process, the controller.
 - ``berth-serve-nice0``: the same with ``--controller-nice 0``: the controller child at the
   webhook's CPU priority instead of 10 below it.
+- ``berth-serve-short-solve`` (a diagnosis, not a configuration anyone ships): ``berth
+  serve`` with the solver's time limit cut from 2 s to 0.25 s, to see what the solve's CPU
+  costs the creates.
 - ``berth-serve-one-process``: ``berth serve --one-process``, both in one interpreter (how
   ``berth serve`` ran before the controller got its own process).
 
@@ -66,7 +69,7 @@ from e2e.helpers import pod_manifest
 from e2e.kueue import gpu_queues, kueue_manager
 
 SYSTEMS = ("none", "kueue", "berth-webhook", "berth-serve", "berth-serve-nice0",
-           "berth-serve-one-process")
+           "berth-serve-one-process", "berth-serve-short-solve")
 QUEUE = "pace"
 _HZ = os.sysconf("SC_CLK_TCK")
 
@@ -220,6 +223,44 @@ def _wait_first_cycle(hook: BerthWebhook, timeout: float = 180) -> None:
     raise RuntimeError(f"berth serve ran no cycle in {timeout:.0f} s; see {hook.log}")
 
 
+class ApiserverProfile:
+    """A Go CPU profile of the kube-apiserver (its /debug/pprof/profile) over the first
+    ``seconds`` of a burst's creates, and its top functions (``go tool pprof -top``)."""
+
+    def __init__(self, out: Path | None, name: str, api: client.ApiClient,
+                 seconds: int = 30) -> None:
+        self.out, self.name, self.api, self.seconds = out, name, api, seconds
+        self.thread: threading.Thread | None = None
+
+    def _fetch(self) -> None:
+        assert self.out is not None
+        method, url, headers, _, _ = self.api.param_serialize(
+            "GET", "/debug/pprof/profile", query_params=[("seconds", str(self.seconds))],
+            auth_settings=["BearerToken"])
+        resp = self.api.call_api(method, url, header_params=headers,
+                                 _request_timeout=self.seconds + 60)
+        resp.read()
+        (self.out / f"{self.name}.apiserver.pprof").write_bytes(resp.data)
+
+    def __enter__(self) -> ApiserverProfile:
+        if self.out is not None:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self.thread = threading.Thread(target=self._fetch, daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.thread is None or self.out is None:
+            return
+        self.thread.join(self.seconds + 90)
+        prof = self.out / f"{self.name}.apiserver.pprof"
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        if prof.exists() and Path(go).exists():
+            top = subprocess.run([go, "tool", "pprof", "-top", "-cum", "-nodecount=60",
+                                  str(prof)], capture_output=True, text=True, timeout=120)
+            (self.out / f"{self.name}.apiserver.txt").write_text(top.stdout + top.stderr)
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace, cluster: DevCluster, e2e: E2ECluster,
                  work: Path, fleet_gpus: int) -> None:
@@ -248,8 +289,13 @@ class Bench:
             serve = name != "berth-webhook"
             extra = {"berth-serve-one-process": ("--one-process",),
                      "berth-serve-nice0": ("--controller-nice", "0")}.get(name, ())
+            def edit(doc: dict[str, Any]) -> None:
+                _lift_limits(doc)
+                if name == "berth-serve-short-solve":
+                    doc["solver"]["timeLimitSeconds"] = 0.25
+
             with berth_webhook(self.e2e, self.work / name, namespaces, serve=serve,
-                               edit_policy=_lift_limits, serve_args=extra) as hook:
+                               edit_policy=edit, serve_args=extra) as hook:
                 assert hook.record is not None
                 pgid = hook.record.pgid
                 self.berth_pid = hook.record.pid
@@ -268,27 +314,38 @@ class Bench:
                       "team-b": make_namespace(self.core, f"pace-{name}-b")}
         try:
             with self.system(name, namespaces) as (procs, labels, runs):
-                return self._burst(name, namespaces, procs, labels, runs)
+                row = self._burst(name, namespaces, procs, labels, runs)
+                print(json.dumps(row), flush=True)  # before the clean-up, which may fail
+                # Emptied while the system still runs: Kueue lifts its finalizers as pods go.
+                for ns in namespaces.values():
+                    self._empty(ns)
+                return row
         finally:
             for ns in namespaces.values():
                 self._empty(ns)
                 drop_namespace(self.e2e.api, ns, timeout=600)
 
-    def _empty(self, ns: str) -> None:
-        """Delete every pod (lifting finalizers a stopped system left) and wait for them."""
-        self.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
-        deadline = time.monotonic() + 600
+    def _empty(self, ns: str, timeout: float = 900) -> None:
+        """Delete every pod (lifting finalizers a stopped system left) and wait for them. A
+        delete of 10,000 pods outlasts the API server's request timeout (504) and goes on
+        server-side; it is asked again until the namespace is empty."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            left = json.loads(self.core.list_namespaced_pod(
-                ns, _preload_content=False).data)["items"]
-            if not left:
-                return
-            for p in left:
-                if p["metadata"].get("finalizers"):
-                    with contextlib.suppress(client.ApiException):
-                        self.core.patch_namespaced_pod(p["metadata"]["name"], ns,
-                                                       {"metadata": {"finalizers": None}})
-            time.sleep(2)
+            with contextlib.suppress(client.ApiException):
+                self.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0,
+                                                           _request_timeout=120)
+            with contextlib.suppress(client.ApiException):
+                left = json.loads(self.core.list_namespaced_pod(
+                    ns, limit=500, _preload_content=False).data)["items"]
+                if not left:
+                    return
+                for p in left:
+                    if p["metadata"].get("finalizers"):
+                        with contextlib.suppress(client.ApiException):
+                            self.core.patch_namespaced_pod(p["metadata"]["name"], ns,
+                                                           {"metadata": {"finalizers": None}})
+            time.sleep(5)
+        raise RuntimeError(f"namespace {ns} still has pods after {timeout:.0f} s")
 
     def _burst(self, name: str, namespaces: dict[str, str], procs: Callable[[], list[int]],
                labels: dict[str, str], runs: bool) -> dict[str, Any]:
@@ -317,11 +374,12 @@ class Bench:
         api0, own0 = cpu_seconds([self.apiserver]), cpu_seconds(procs())
         t0 = time.monotonic()
         with Profiler(args.profile, name, self.berth_pid), \
+                ApiserverProfile(args.profile, name, self.e2e.api), \
                 ThreadPoolExecutor(max_workers=args.threads) as pool:
             list(pool.map(create, range(args.pods)))
-        create_s = time.monotonic() - t0
-        api_create = cpu_seconds([self.apiserver]) - api0
-        hook_sum, hook_n, writes_created = apiserver_counters(self.e2e.api)
+            create_s = time.monotonic() - t0  # before the profilers finish
+            api_create = cpu_seconds([self.apiserver]) - api0
+            hook_sum, hook_n, writes_created = apiserver_counters(self.e2e.api)
         can_run = min(len(created), self.fleet_gpus)
         if runs:
             deadline = time.monotonic() + args.timeout
@@ -378,7 +436,8 @@ def main() -> int:
                     help="seconds to wait, after a burst, for every pod that fits to run")
     ap.add_argument("--out", type=Path, default=None, help="append markdown rows here")
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                    help="py-spy Berth's processes during each burst's creates into DIR")
+                    help="py-spy Berth's processes during each burst's creates, and take a "
+                    "CPU profile of the kube-apiserver over their first 30 s, into DIR")
     ap.add_argument("--logs", type=Path, default=None, metavar="DIR",
                     help="copy each Berth system's log here (its cycle lines time each phase)")
     args = ap.parse_args()
@@ -401,9 +460,10 @@ def main() -> int:
         e2e = E2ECluster(api=api, kubeconfig=cluster.kubeconfig, nodes=fleet, local=cluster)
         bench = Bench(args, cluster, e2e, work, fleet_gpus=len(fleet) * 8)
         for name in systems:
-            row = bench.run(name)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            try:
+                rows.append(bench.run(name))
+            except Exception as exc:  # one system's failure must not lose the others' rows
+                print(f"{name}: failed: {type(exc).__name__}: {exc}", flush=True)
     finally:
         cluster.wipe()
     base = next((r["create_per_s"] for r in rows if r["system"] == "none"), None)
@@ -419,6 +479,22 @@ def main() -> int:
              f"{args.pods} pods, {args.threads} threads, {round(time.monotonic() - started)} s"
              f" wall, load median {statistics.median([float(r['load_1m']) for r in rows]):.1f}"
              if rows else "")
+    # Medians per system over its runs (a system may be listed several times, interleaved).
+    cols = ["create_per_s", "running_p99_s", "running_per_s", "apiserver_cpu_s_create",
+            "webhook_mean_ms"]
+    med = ["| system | runs | " + " | ".join(f"median {c}" for c in cols) + " | vs none |",
+           "|" + "---|" * (len(cols) + 3)]
+    nones = [float(r["create_per_s"]) for r in rows if r["system"] == "none"]
+    none_med = statistics.median(nones) if nones else None
+    for name in dict.fromkeys(r["system"] for r in rows):
+        mine = [r for r in rows if r["system"] == name]
+        vals = []
+        for c in cols:
+            xs = [float(r[c]) for r in mine if isinstance(r[c], int | float)]
+            vals.append(round(statistics.median(xs), 1) if xs else "-")
+        ratio = round(float(vals[0]) / none_med, 2) if none_med else "-"
+        med.append(f"| {name} | {len(mine)} | " + " | ".join(map(str, vals)) + f" | {ratio} |")
+    table += ["", *med]
     print(stamp)
     print("\n".join(table))
     if args.out:
