@@ -425,6 +425,31 @@ class Bench:
         }
 
 
+MEDIAN_COLUMNS = ("create_per_s", "running_p99_s", "running_per_s", "apiserver_cpu_s_create",
+                  "webhook_mean_ms")
+
+
+def medians(rows: list[dict[str, Any]]) -> list[str]:
+    """A markdown table: per system, the median of each column over its runs, and its create
+    rate against the median of the ``none`` runs (a system may be listed several times,
+    interleaved, which is what makes the medians comparable on a drifting machine)."""
+    cols = MEDIAN_COLUMNS
+    med = ["| system | runs | " + " | ".join(f"median {c}" for c in cols) + " | vs none |",
+           "|" + "---|" * (len(cols) + 3)]
+    nones = [float(r["create_per_s"]) for r in rows if r["system"] == "none"]
+    none_med = statistics.median(nones) if nones else None
+    for name in dict.fromkeys(r["system"] for r in rows):
+        mine = [r for r in rows if r["system"] == name]
+        vals: list[object] = []
+        for c in cols:
+            xs = [float(r[c]) for r in mine if isinstance(r[c], int | float)]
+            vals.append(round(statistics.median(xs), 1) if xs else "-")
+        first = vals[0]
+        ratio = round(first / none_med, 2) if none_med and isinstance(first, float) else "-"
+        med.append(f"| {name} | {len(mine)} | " + " | ".join(map(str, vals)) + f" | {ratio} |")
+    return med
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=100)
@@ -479,21 +504,7 @@ def main() -> int:
              f"{args.pods} pods, {args.threads} threads, {round(time.monotonic() - started)} s"
              f" wall, load median {statistics.median([float(r['load_1m']) for r in rows]):.1f}"
              if rows else "")
-    # Medians per system over its runs (a system may be listed several times, interleaved).
-    cols = ["create_per_s", "running_p99_s", "running_per_s", "apiserver_cpu_s_create",
-            "webhook_mean_ms"]
-    med = ["| system | runs | " + " | ".join(f"median {c}" for c in cols) + " | vs none |",
-           "|" + "---|" * (len(cols) + 3)]
-    nones = [float(r["create_per_s"]) for r in rows if r["system"] == "none"]
-    none_med = statistics.median(nones) if nones else None
-    for name in dict.fromkeys(r["system"] for r in rows):
-        mine = [r for r in rows if r["system"] == name]
-        vals = []
-        for c in cols:
-            xs = [float(r[c]) for r in mine if isinstance(r[c], int | float)]
-            vals.append(round(statistics.median(xs), 1) if xs else "-")
-        ratio = round(float(vals[0]) / none_med, 2) if none_med else "-"
-        med.append(f"| {name} | {len(mine)} | " + " | ".join(map(str, vals)) + f" | {ratio} |")
+    med = medians(rows)
     table += ["", *med]
     print(stamp)
     print("\n".join(table))
