@@ -10,8 +10,8 @@ at a quarter of the apiserver's pace (e2e/bench_pace.md). The child reads the sa
 and serves its metrics on a Unix socket; the webhook's ``/metrics`` (or the ``metrics_port``)
 appends them, so one scrape still shows both. A child that dies is started again with a backoff
 (``berth_controller_process_restarts_total``); the child exits when its parent is gone. With
-``processes=1`` (``--one-process``) both share one process and one registry, and the policy the
-webhook reloads is handed to the controller before its next cycle.
+``controller_child=False`` (``--one-process``) both share one process and one registry, and
+the policy the webhook reloads is handed to the controller before its next cycle.
 
 With ``webhook=False`` (``berth serve --no-webhook``, config/overlays/split) the process runs
 the controller only: it reloads the policy file itself and serves nothing but the metrics port
@@ -68,8 +68,8 @@ class ServeConfig:
     self_signed_secret: str | None = None
     webhook_service: str = "berth-webhook"
     webhook_config: str = "berth"
-    # With the webhook: 2 runs the controller in a child process, 1 in this one.
-    processes: int = 2
+    # With the webhook: the controller in a child process (False: in this one).
+    controller_child: bool = True
     # The controller child's niceness (os.nice): under CPU pressure the reviews the apiserver
     # waits on go first; the controller's batch work (watches, solve, writes) takes the rest.
     controller_nice: int = 10
@@ -253,7 +253,7 @@ async def run_serve(cfg: ServeConfig) -> None:
     if cfg.self_signed_secret is not None:
         await _self_signed(api, cfg, cfg.self_signed_secret)
     registry = WebhookMetrics()
-    if cfg.webhook and cfg.processes == 2:
+    if cfg.webhook and cfg.controller_child:
         await _serve_two_processes(cfg, registry)
         return
     front: WebhookServer | ControllerOnly

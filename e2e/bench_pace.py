@@ -62,10 +62,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission.devcluster import DevCluster, create_nodes, gpu_fleet
 from admission.devcluster.processes import group_members, https_context
-from e2e.bench_scale import Tracker, _lift_limits, _pct
+from e2e.bench_scale import Creates, Tracker, _lift_limits, _pct
 from e2e.berth import BerthWebhook, berth_webhook
 from e2e.conftest import E2ECluster, drop_namespace, make_namespace
-from e2e.helpers import pod_manifest
 from e2e.kueue import gpu_queues, kueue_manager
 
 SYSTEMS = ("none", "kueue", "berth-webhook", "berth-serve", "berth-serve-nice0",
@@ -82,22 +81,6 @@ def cpu_seconds(pids: list[int]) -> float:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += sum(int(f) for f in fields[11:15]) / _HZ  # utime stime cutime cstime
     return total
-
-
-def descendants(pids: list[int]) -> list[int]:
-    """These processes and every process below them."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                parents.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], list(pids)
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(parents.get(pid, []))
-    return out
 
 
 _WEBHOOK_SUM = re.compile(
@@ -302,7 +285,8 @@ class Bench:
                 if serve:
                     _wait_first_cycle(hook)
                 try:
-                    yield (lambda: descendants(group_members(pgid))), {}, serve
+                    # the controller child and its solver worker stay in the group
+                    yield (lambda: group_members(pgid)), {}, serve
                 finally:
                     self.berth_pid = None
                     if self.args.logs is not None:
@@ -353,22 +337,8 @@ class Bench:
         tracker, stop = Tracker(), threading.Event()
         for ns in namespaces.values():
             threading.Thread(target=tracker.run, args=(self.core, ns, stop), daemon=True).start()
-        created: dict[str, float] = {}
-        failed: list[str] = []
-        lock = threading.Lock()
-        ns_list = list(namespaces.values())
-
-        def create(i: int) -> None:
-            ns = ns_list[i % len(ns_list)]
-            pod = pod_manifest(f"p{i:05d}", gpus=1, labels=labels)
-            try:
-                self.core.create_namespaced_pod(ns, pod)
-            except client.ApiException as exc:
-                with lock:
-                    failed.append(f"{ns}/p{i:05d}: {exc.status} {exc.reason}")
-                return
-            with lock:
-                created[f"{ns}/p{i:05d}"] = time.monotonic()
+        burst = Creates(self.core, list(namespaces.values()), labels=labels)
+        created, failed, ns_list = burst.created, burst.failed, burst.namespaces
 
         hook_sum0, hook_n0, writes0 = apiserver_counters(self.e2e.api)
         api0, own0 = cpu_seconds([self.apiserver]), cpu_seconds(procs())
@@ -376,7 +346,7 @@ class Bench:
         with Profiler(args.profile, name, self.berth_pid), \
                 ApiserverProfile(args.profile, name, self.e2e.api), \
                 ThreadPoolExecutor(max_workers=args.threads) as pool:
-            list(pool.map(create, range(args.pods)))
+            list(pool.map(burst.create, range(args.pods)))
             create_s = time.monotonic() - t0  # before the profilers finish
             api_create = cpu_seconds([self.apiserver]) - api0
             hook_sum, hook_n, writes_created = apiserver_counters(self.e2e.api)

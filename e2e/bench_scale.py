@@ -91,6 +91,31 @@ class Tracker:
                 self.running[key] = now
 
 
+class Creates:
+    """Pod ``i`` of a burst, created in turn into each namespace; when each create call
+    returned (by ``ns/name``) and which failed. Called from many threads at once."""
+
+    def __init__(self, core: client.CoreV1Api, namespaces: list[str], *, gpus: int = 1,
+                 labels: dict[str, str] | None = None) -> None:
+        self.core, self.namespaces, self.gpus, self.labels = core, namespaces, gpus, labels
+        self.created: dict[str, float] = {}
+        self.failed: list[str] = []
+        self._lock = threading.Lock()
+
+    def create(self, i: int) -> None:
+        ns = self.namespaces[i % len(self.namespaces)]
+        name = f"p{i:05d}"
+        try:
+            self.core.create_namespaced_pod(ns, pod_manifest(name, gpus=self.gpus,
+                                                             labels=self.labels))
+        except client.ApiException as exc:
+            with self._lock:
+                self.failed.append(f"{ns}/{name}: {exc.status} {exc.reason}")
+            return
+        with self._lock:
+            self.created[f"{ns}/{name}"] = time.monotonic()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=40)
@@ -143,22 +168,8 @@ def _burst(core: client.CoreV1Api, namespaces: dict[str, str], *, fleet_gpus: in
                 for ns in namespaces.values()]
     for t in watchers:
         t.start()
-    created: dict[str, float] = {}
-    failed: list[str] = []
-    lock = threading.Lock()
-    ns_list = list(namespaces.values())
-
-    def create(i: int) -> None:
-        ns = ns_list[i % len(ns_list)]
-        name = f"p{i:05d}"
-        try:
-            core.create_namespaced_pod(ns, pod_manifest(name, gpus=args.gpus_per_pod))
-        except client.ApiException as exc:
-            with lock:
-                failed.append(f"{name}: {exc.status}")
-            return
-        with lock:
-            created[f"{ns}/{name}"] = time.monotonic()
+    burst = Creates(core, list(namespaces.values()), gpus=args.gpus_per_pod)
+    created, failed, ns_list = burst.created, burst.failed, burst.namespaces
 
     loads: list[float] = []  # the machine's 1-minute load average, every 5 s of the burst
 
@@ -169,7 +180,7 @@ def _burst(core: client.CoreV1Api, namespaces: dict[str, str], *, fleet_gpus: in
     threading.Thread(target=sample_load, daemon=True).start()
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=args.threads) as pool:
-        list(pool.map(create, range(args.pods)))
+        list(pool.map(burst.create, range(args.pods)))
     t_created = time.monotonic() - t0
     # From when a pod could first be placed: its creation, or the nodes' arrival.
     t_capacity = time.monotonic() if args.capacity_after_burst else float("-inf")

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                       lease_name=args.lease_name, identity=args.identity,
                       self_signed_secret=args.self_signed_secret,
                       webhook_service=args.webhook_service, webhook_config=args.webhook_config,
-                      processes=1 if args.one_process else 2, log_level=args.log_level,
+                      controller_child=not args.one_process, log_level=args.log_level,
                       event_loop=args.event_loop, metrics_socket=args.metrics_socket,
                       parent_pid=args.parent_pid, controller_nice=args.controller_nice,
                       nice=args.nice)

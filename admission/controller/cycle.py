@@ -207,7 +207,7 @@ class Cycle:
                     info.tenant, trust.qos_of(pod, self.settings, info.tenant) or "", path
                 ).observe(max(0.0, (now - created).total_seconds()))
 
-    def _told_to_wait(self, built: Built, report: CycleReport) -> dict[str, Why]:
+    def _to_tell(self, built: Built, report: CycleReport) -> dict[str, Why]:
         """The waiting gangs to tell why: warnings at once, the rest from the second batch
         cycle that sees them waiting."""
         if report.path == "batch":
@@ -216,11 +216,9 @@ class Cycle:
             for key in live:
                 self._first_seen.setdefault(key, self._batches)
         grace = self.settings.explain_grace_batches
-        told = {k for k, g in built.gangs.items() if any(
-            (tr.pod_condition(p, keys.CONDITION_WAITING) or {}).get("status") == "True"
-            for p in g.gated)}  # already told: keep what it says true (after a restart too)
+        # A gang already told keeps what it says true at once (after a restart too).
         return {key: why for key, why in report.why.items()
-                if why.warning or key in told
+                if why.warning or any(_told_to_wait(p) for p in built.gangs[key].gated)
                 or self._batches - self._first_seen.get(key, self._batches) >= grace}
 
     def _explain(self, built: Built, report: CycleReport) -> None:
@@ -229,9 +227,7 @@ class Cycle:
         for pod in released_pods:
             # Only a pod told it waits needs telling otherwise: for the others the plan in
             # their annotations (berth explain) and their scheduler's events say it.
-            told = tr.pod_condition(self.inventory.pod(tr.pod_key(pod)) or pod,
-                                    keys.CONDITION_WAITING)
-            if ((told is not None and told.get("status") == "True")
+            if (_told_to_wait(self.inventory.pod(tr.pod_key(pod)) or pod)
                     or not self.settings.explain_grace_batches):
                 todo.append((pod, Why("Released", "released by Berth to its placement",
                                       waiting=False)))
@@ -243,7 +239,7 @@ class Cycle:
                     if trust.planned_shares(p, self.settings) is not None]
             todo.extend(not_bound(ours, self.clock(), self.settings.bind_grace_seconds))
         # Waiting pods, the head of each queue first, so the budget goes where users look.
-        tell = self._told_to_wait(built, report)
+        tell = self._to_tell(built, report)
         for key, why in sorted(tell.items(), key=lambda kv: kv[1].message):
             for pod in built.gangs[key].gated:
                 current = self.inventory.pod(tr.pod_key(pod)) or pod
@@ -284,6 +280,11 @@ class Cycle:
             self.metrics.pending_gangs.labels(tenant, state).set(n)
         for tenant, m in milli.items():
             self.metrics.pending_gpus.labels(tenant).set(m / MILLI)
+
+
+def _told_to_wait(pod: tr.Obj) -> bool:
+    """Whether the pod carries Berth's Waiting condition, status True."""
+    return (tr.pod_condition(pod, keys.CONDITION_WAITING) or {}).get("status") == "True"
 
 
 def _count_states(built: Built) -> dict[str, int]:

@@ -19,6 +19,14 @@ def _cluster(gpus: int = 8) -> FakeApi:
     return api
 
 
+def _one_waiting() -> FakeApi:
+    """A node full of a running pod, and a pod that waits for it."""
+    api = _cluster()
+    api.add_pod(pod("run", gpus=8, gated=False, node_name="n0"))
+    api.add_pod(pod("wait", gpus=4))
+    return api
+
+
 def test_the_shipped_default_is_the_quiet_one() -> None:
     assert Settings().explain_grace_batches == 1
 
@@ -35,9 +43,7 @@ def test_a_gang_released_by_its_first_cycle_is_written_once_and_told_nothing() -
 
 
 def test_a_gang_passed_over_twice_is_told_then_told_it_was_released() -> None:
-    api = _cluster()
-    api.add_pod(pod("run", gpus=8, gated=False, node_name="n0"))
-    api.add_pod(pod("wait", gpus=4))
+    api = _one_waiting()
     clock = FakeClock()
     ctl = controller(api, clock, s=QUIET)
     ctl.run_cycle()
@@ -71,9 +77,7 @@ def test_a_warning_is_said_at_the_first_cycle() -> None:
 
 
 def test_what_a_gang_was_told_stays_true_after_a_restart() -> None:
-    api = _cluster()
-    api.add_pod(pod("run", gpus=8, gated=False, node_name="n0"))
-    api.add_pod(pod("wait", gpus=4))
+    api = _one_waiting()
     clock = FakeClock()
     first = controller(api, clock, s=QUIET)
     first.run_cycle()
