@@ -389,10 +389,11 @@ class Weights:
     fairness: float = 0.3
     energy: float = 0.05
     interference: float = 0.1
+    stay: float = 0.3  # per milli-GPU of a pod left where the order search placed it
 
     def __post_init__(self) -> None:
         for name in ("demand", "aging_per_hour", "fragmentation", "topology", "fairness",
-                     "energy", "interference"):
+                     "energy", "interference", "stay"):
             _amount(getattr(self, name), MAX_WEIGHT, f"solver.weights.{name}")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +21,9 @@ from solver.fragmentation import FragTable, typical_pods
 from solver.interference import profile_for, resolve_profiles
 from solver.rules import gpu_memory_demand, sharing_problem
 from solver.types import MILLI, PodRequest, Snapshot, TypicalPod
+
+if TYPE_CHECKING:
+    from solver.baselines.fgdcache import FgdCache
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -109,6 +113,9 @@ class ClusterArrays:
         self._usable: IntArray | None = None
         self._total: IntArray | None = None
         self.node_frag: FloatArray | None = None
+        # each state_id's row of frag_stats, so that undoing a placement costs no rescoring
+        self._frag_rows: dict[int, tuple[IntArray, IntArray, int, float]] = {}
+        self._fgd: FgdCache | None = None
 
     def _subtract_running(self, snapshot: Snapshot) -> None:
         """Take every running pod's CPU, memory and GPU shares off the free arrays (GPU memory
@@ -185,7 +192,17 @@ class ClusterArrays:
         c._usable = None if self._usable is None else self._usable.copy()
         c._total = None if self._total is None else self._total.copy()
         c.node_frag = None if self.node_frag is None else self.node_frag.copy()
+        c._frag_rows, c._fgd = {}, None  # state ids of copies may differ from here on
         return c
+
+    def fgd_cache(self) -> FgdCache:
+        """FGD's choices on this state, cached per pod shape (:mod:`solver.baselines.fgdcache`);
+        one per state, kept across placers."""
+        if self._fgd is None:
+            from solver.baselines.fgdcache import FgdCache
+
+            self._fgd = FgdCache(self)
+        return self._fgd
 
     # ----------------------------------------------------------------------------------------
     # What a pod may use
@@ -262,6 +279,10 @@ class ClusterArrays:
             if ok[i, s] and held and sharing_problem(self.snapshot.policy,
                                                      [*held, pod.qos_class]) is not None:
                 ok[i, s] = False
+
+    def is_constrained(self, qos_class: str | None) -> bool:
+        """Whether pods of ``qos_class`` restrict who may share a GPU with them."""
+        return self._constrained(qos_class)
 
     def _constrained(self, qos_class: str | None) -> bool:
         p = profile_for(qos_class, self._profiles)
@@ -353,11 +374,15 @@ class ClusterArrays:
             return
         assert self._cnt is not None and self._usable is not None
         assert self._total is not None and self.node_frag is not None
-        cnt, usable, total = self.frag.stats(self.gfree[row : row + 1])
-        self._cnt[row], self._usable[row], self._total[row] = cnt[0], usable[0], total[0]
-        self.node_frag[row] = self.frag.expected(cnt, usable, total,
-                                                 self.node_model[row : row + 1],
-                                                 self.cpu[row : row + 1])[0]
+        sid = int(self.state_id[row])  # the frag row is a function of the node's state
+        known = self._frag_rows.get(sid)
+        if known is None:
+            cnt, usable, total = self.frag.stats(self.gfree[row : row + 1])
+            frag = float(self.frag.expected(cnt, usable, total, self.node_model[row : row + 1],
+                                            self.cpu[row : row + 1])[0])
+            known = (cnt[0], usable[0], int(total[0]), frag)
+            self._frag_rows[sid] = known
+        self._cnt[row], self._usable[row], self._total[row], self.node_frag[row] = known
 
 
 def _workload_of(snapshot: Snapshot) -> tuple[TypicalPod, ...]:

@@ -79,17 +79,21 @@ class GangPlacer:
         st = self.state
         journal: list[Saved] = []
         placed: list[tuple[PodRequest, int, list[int]]] = []
+        fast = st.fgd_cache() if self.policy_name == SolverName.FGD else None
         for pod in pods:
-            fit = st.node_fits(pod)
-            if nodes is not None:
-                fit = fit & nodes
-            gpus = None
-            if pod.gpu_count > 0:
-                gpus = st.gpu_fits(pod, fit)
-                if slots is not None:
-                    gpus &= slots
-                fit = gpus.sum(axis=1) >= pod.gpu_count
-            choice = self.policy(st, pod, fit, gpus, self.rng)
+            if fast is not None and nodes is None and slots is None and fast.applies(pod):
+                choice = fast.choose(pod)  # FGD's own choice, only changed nodes rescored
+            else:
+                fit = st.node_fits(pod)
+                if nodes is not None:
+                    fit = fit & nodes
+                gpus = None
+                if pod.gpu_count > 0:
+                    gpus = st.gpu_fits(pod, fit)
+                    if slots is not None:
+                        gpus &= slots
+                    fit = gpus.sum(axis=1) >= pod.gpu_count
+                choice = self.policy(st, pod, fit, gpus, self.rng)
             if choice is None:
                 for saved in reversed(journal):
                     st.undo(saved)

@@ -101,6 +101,7 @@ class Instance:
     _domains: dict[str, IntArray] = field(default_factory=dict)
     _by_tenant: TenantUsage | None = None
     _values: list[int] | None = None
+    hint: Plan | None = None  # the plan the model starts from (the order search's)
 
     @property
     def weights(self) -> Weights:
@@ -228,4 +229,5 @@ def make_instance(
     inst = Instance(snapshot, arrays if arrays is not None else ClusterArrays(snapshot),
                     snapshot.gangs, pods, gang_pods, QosRules(snapshot.policy))
     inst.candidates = build_candidates(inst, hint=hint, per_pod_nodes=per_pod_nodes)
+    inst.hint = hint
     return inst

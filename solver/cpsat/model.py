@@ -29,6 +29,7 @@ from solver.cpsat import (
     interference,
     priority,
     quota,
+    stay,
     topology,
 )
 from solver.cpsat.instance import Instance, make_instance
@@ -49,6 +50,7 @@ CONCERNS: tuple[tuple[str, BuildFn], ...] = (
     ("fairness", fairness.build),
     ("energy", energy.build),
     ("fragmentation", fragmentation.build),
+    ("stay", stay.build),
 )
 
 # Deterministic time units granted per second of wall-clock budget.
@@ -281,7 +283,9 @@ def score_plan(snapshot: Snapshot, plan: Plan, *, time_limit: float = 30.0) -> C
     """The batch model's objective for a given plan (its placements fixed), so plans from
     different solvers or from a partitioned solve are compared on the same scale."""
     t0 = time.perf_counter()
-    bm = build(make_instance(snapshot, hint=plan))
+    inst = make_instance(snapshot, hint=plan)
+    inst.hint = None  # no stay term: it is relative to a hint, and plans are compared here
+    bm = build(inst)
     add_hint(bm, plan)
     _fix_to_hint(bm.model, bm.v)
     build_seconds = time.perf_counter() - t0

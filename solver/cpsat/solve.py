@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from solver.baselines import ClusterArrays, place
 from solver.cpsat.model import CpsatResult, solve_window
 from solver.cpsat.reasons import deferrals
+from solver.cpsat.search import passes_for, search
 from solver.names import SolverName
 from solver.plan import Plan, SolveStats
 from solver.types import Snapshot
@@ -92,7 +93,8 @@ def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: in
     arrays = ClusterArrays(snapshot)
     state_s = time.perf_counter() - t0
     if hint is None:
-        hint = greedy_hint(snapshot, arrays, seed=seed)
+        passes = passes_for(snapshot, time_limit if nominal_limit is None else nominal_limit)
+        hint = search(snapshot, arrays, seed=seed, passes=passes)
     greedy_s = time.perf_counter() - t0 - state_s
     spent = state_s + greedy_s
     if time_limit - spent * (1 + POST_SOLVE_SHARE) < MIN_MODEL_SECONDS:

@@ -1,0 +1,49 @@
+"""Stay: keep a pod where the order search placed it unless another term gains more.
+
+The hint is the order search's best pass (:mod:`solver.cpsat.search`), which judges the
+fragmentation of the whole cluster after the window with FGD's own measure; the model's
+fragmentation term is a per-GPU linearisation of it (:mod:`solver.cpsat.fragmentation`) and
+mostly ties between placements the search tells apart. Each pod placed where the hint put it
+(for a GPU share, on the same GPU) is worth ``stay weight x (its GPU demand + POD_MILLI)``:
+CP-SAT moves it only to gain more elsewhere (admitting another gang, a preferred topology
+domain, a GPU that is already awake, less interference, a fairer split).
+"""
+
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+from solver.cpsat.instance import Instance
+from solver.cpsat.variables import Term, Vars, scaled
+
+#: What every pod's stay counts on top of its GPU demand, in milli-GPU: a CPU-only pod takes
+#: CPU that decides which GPU pods still fit, so it stays too.
+POD_MILLI = 100
+
+
+def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
+    w = inst.weights.stay
+    if w <= 0 or inst.hint is None:
+        return []
+    gang_index = {g.name: gi for gi, g in enumerate(inst.gangs)}
+    terms: list[cp_model.LinearExprT] = []
+    for gp in inst.hint.admitted:
+        gi = gang_index.get(gp.gang)
+        if gi is None:
+            continue
+        by_name = {inst.pods[pi].pod.name: pi for pi in inst.gang_pods[gi]}
+        for pp in gp.pods:
+            pi = by_name.get(pp.pod)
+            if pi is None:
+                continue
+            pod = inst.pods[pi].pod
+            value = scaled(w * (pod.gpu_demand_milli + POD_MILLI))
+            if value <= 0:
+                continue
+            if pod.shares_gpu and pp.gpus:
+                x = v.use.get((pi, pp.node, pp.gpus[0].index))
+            else:
+                x = v.place.get((pi, pp.node))
+            if x is not None:
+                terms.append(value * x)
+    return [("stay", sum(terms))] if terms else []
