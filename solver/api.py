@@ -1,9 +1,10 @@
 """One entry point for every placement policy: ``solve(snapshot, solver=...) -> Plan``.
 
-The CP-SAT path (:func:`solver.cpsat.solve.solve_cpsat`) is always feasible and on time: a
-greedy plan is its hint, fallback and floor, the checker (passed in from here: the solvers do
-not import it) judges what CP-SAT returns, and every deferred gang gets a reason. Large
-clusters or windows are split into sub-problems solved in parallel (:mod:`solver.partition`).
+The CP-SAT path (:func:`solver.cpsat.solve.solve_cpsat`) is always feasible and on time: the
+order search's plan (best-fit and FGD passes over the window) is its hint, fallback and
+floor, the checker (passed in from here: the solvers do not import it) judges what CP-SAT
+returns, and every deferred gang gets a reason. Large clusters or windows are split into
+sub-problems solved in parallel (:mod:`solver.partition`).
 
 Deterministic for a fixed seed and worker count: CP-SAT runs under a deterministic time budget
 sized from the time limit alone; the wall-clock limit only guards against a slow machine

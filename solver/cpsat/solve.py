@@ -3,7 +3,9 @@
 0. the free capacity (:class:`~solver.baselines.ClusterArrays`) is derived once; the greedy
    pass places into a copy of it, the candidate filter and the model read it, and the reasons
    apply the final plan to it last (the checker keeps its own, independent derivation);
-1. best-fit greedy plan: the hint, the fallback and the floor;
+1. the order search's plan (:mod:`solver.cpsat.search`: one best-fit pass and seeded FGD
+   passes, the best end state kept): the hint, the fallback and the floor (never worth less
+   than the best-fit plan, which is one of its passes);
 2. the batch model solved within what is left of the time limit;
 3. the caller's :data:`Judge` (the checker, which :mod:`solver.api` passes: the solvers do not
    import the checker that judges them) judges CP-SAT's plan; the greedy plan stands instead
