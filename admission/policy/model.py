@@ -262,6 +262,7 @@ class ObjectiveWeights(_Model):
     fairness: ObjectiveWeight = 0.3
     energy: ObjectiveWeight = 0.05
     interference: ObjectiveWeight = 0.1
+    stay: ObjectiveWeight = 0.3
 
 
 class SolverSettings(_Model):

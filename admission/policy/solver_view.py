@@ -51,6 +51,7 @@ def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
             fairness=w.fairness,
             energy=w.energy,
             interference=w.interference,
+            stay=w.stay,
         ),
         topology_levels=tuple(level.name for level in policy.topology.levels),
         qos_classes=tuple(solver_qos(q) for q in policy.qos_classes),
