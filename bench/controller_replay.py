@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from admission.simulate.fgd import cpsat_window_solver
 from admission.simulate.tracefiles import read_nodes, read_pods
-from solver.api import solve
 from solver.plan import Plan
 from solver.simulate.protocol import replay
 from solver.types import Snapshot
@@ -30,12 +30,13 @@ def main(variant: str, pod_list: str, seed: int, time_limit: float) -> None:
     pods = read_pods(DATA / f"openb_pod_list_{pod_list}.csv")
     kw = {k: float(v) for k, v in (x.split("=") for x in variant.split(",") if "=" in x)}
     stats: dict[str, int] = {}
+    controller = cpsat_window_solver(time_limit, objective="controller")  # solver.api.solve
 
     def window(snap: Snapshot, seed: int) -> Plan:
         if kw:
             w = dataclasses.replace(snap.policy.weights, **kw)
             snap = dataclasses.replace(snap, policy=dataclasses.replace(snap.policy, weights=w))
-        plan = solve(snap, solver="cpsat", time_limit=time_limit, seed=seed)
+        plan = controller(snap, seed)
         for k in plan.stats.detail:
             if k.startswith("fallback") or k == "wall_capped":
                 stats[k] = stats.get(k, 0) + 1

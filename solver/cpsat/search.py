@@ -40,7 +40,7 @@ import zlib
 import numpy as np
 
 from solver.baselines import ClusterArrays, GangPlacer
-from solver.cpsat.instance import priority_weight
+from solver.cpsat.instance import weighted_demand
 from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
 from solver.queue import queue_order
@@ -99,7 +99,7 @@ def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,
                 continue
             admitted.append(result)
             value += gang.gpu_demand_milli * (1 + max(0, gang.priority))
-            aged += gang.gpu_demand_milli * priority_weight(gang, weights)
+            aged += weighted_demand(gang, weights)
             pods += len(gang.pods)
         key = (-value, -aged, -pods, float(work.frag_stats()[3].sum()))
         work.rollback()
