@@ -69,15 +69,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: 1.3)")
     parser.add_argument("--time-limit", type=float, default=2.0, metavar="S",
                         help="seconds per batch window for cpsat (default: 2.0)")
-    parser.add_argument("--objective", choices=("packing", "controller"), default="packing",
-                        help="cpsat in --mode fgd: packing = the replay's window solver "
-                             "(FGD passes in several orders, then a CP-SAT packing model; "
-                             "solver.simulate.window); controller = the controller's full "
-                             "model (solver.api.solve)")
+    parser.add_argument("--objective", choices=("controller", "packing"), default="controller",
+                        help="cpsat in --mode fgd: controller = the engine berth serve runs "
+                             "(solver.api.solve, called as the controller calls it; default); "
+                             "packing = an EXPERIMENT the controller never runs (the replay's "
+                             "own window solver, solver.simulate.window: FGD passes in several "
+                             "orders, then a CP-SAT packing model), labelled so in the output")
     parser.add_argument("--orders", type=int, default=None, metavar="N",
-                        help="cpsat packing: FGD passes per window, each in its own order of "
-                             "the window's pods; the least fragmented end state is kept "
-                             "(default: 16; 1 = FGD in arrival order)")
+                        help="--objective packing only: FGD passes per window, each in its own "
+                             "order of the window's pods (default: 16; 1 = FGD in arrival order)")
     parser.add_argument("--json", metavar="OUT.json", help="write the results as JSON")
     parser.add_argument("--plot", metavar="OUT.png",
                         help="plot allocation ratio against arrived demand")
@@ -158,6 +158,11 @@ def run_fgd(args: argparse.Namespace) -> int:
     greedy = policy != "cpsat"
     window = args.window if args.window is not None else (1 if greedy else DEFAULT_BATCH_WINDOW)
     _check_fgd_flags(args)
+    if args.orders is not None and (policy != "cpsat" or args.objective != "packing"):
+        raise UsageError("--orders: only the experimental --policy cpsat --objective packing "
+                         "solver makes FGD passes in given orders; the controller's engine "
+                         "sizes its order search from --time-limit. Drop --orders, or add "
+                         "--objective packing")
     with _usage_errors():
         replay_fgd(nodes_file=args.nodes, pods_file=args.pods, policy=policy, window=window,
                    seeds=parse_seeds(args.seeds or DEFAULT_SEEDS), arrival=args.arrival,

@@ -101,7 +101,7 @@ def replay_fgd(*, nodes_file: str, pods_file: str, policy: str, window: int,
 
 def simulate_fgd(nodes: list[Any], pods: list[Any], *, policy: str, window: int,
                  seeds: list[int], arrival: float, time_limit: float,
-                 objective: str = "packing", orders: int | None = None) -> dict[str, Any]:
+                 objective: str = "controller", orders: int | None = None) -> dict[str, Any]:
     """Run the protocol for every seed (with a progress bar on stderr) and summarise."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -137,6 +137,8 @@ def simulate_fgd(nodes: list[Any], pods: list[Any], *, policy: str, window: int,
     return {
         "policy": policy,
         "objective": objective if policy == "cpsat" else None,
+        # the replay-only packing solver is an experiment: the controller never runs it
+        "experiment": policy == "cpsat" and objective == "packing",
         "orders": orders if policy == "cpsat" and objective == "packing" else None,
         "window": window,
         "seeds": seeds,
@@ -152,12 +154,16 @@ def simulate_fgd(nodes: list[Any], pods: list[Any], *, policy: str, window: int,
     }
 
 
-def cpsat_window_solver(time_limit: float, objective: str = "packing",
+def cpsat_window_solver(time_limit: float, objective: str = "controller",
                         orders: int | None = None) -> Any:
-    """Each window through CP-SAT: the replay's packing solver (``orders`` FGD passes, then
-    the model) where the window is what the protocol makes
-    (:func:`solver.simulate.window.in_scope`), else, or with ``objective="controller"``,
-    :func:`solver.api.solve` as the controller calls it."""
+    """Each window through CP-SAT. ``controller`` (the default): :func:`solver.api.solve` as
+    the controller calls it (``solver="cpsat"``, the time limit, the seed), the engine
+    ``berth serve`` runs. ``packing``: an experiment the controller never runs, the replay's
+    own window solver (``orders`` FGD passes, then a packing model;
+    :func:`solver.simulate.window.solve_packing`) where the window is what the protocol
+    makes (:func:`solver.simulate.window.in_scope`), else the controller's engine."""
+    if objective not in ("controller", "packing"):
+        raise ValueError(f"objective must be 'controller' or 'packing', got {objective!r}")
     from solver.api import solve
     from solver.plan import Plan
     from solver.simulate.window import ORDERS, in_scope, solve_packing
@@ -179,8 +185,12 @@ def print_table(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    engine = ""
+    if report.get("objective"):
+        engine = ("; EXPERIMENT: the replay-only packing solver, not what berth serve runs"
+                  if report.get("experiment") else "; the controller's engine")
     table = Table(title=f"{report['policy']} (window {report['window']}, "
-                        f"arrival {report['arrival']}x capacity)")
+                        f"arrival {report['arrival']}x capacity{engine})")
     table.add_column("seed", justify="right")
     table.add_column("unallocated GPU % at 100% arrival", justify="right")
     table.add_column("placed", justify="right")

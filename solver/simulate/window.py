@@ -1,4 +1,9 @@
-"""One window of the trace replay: a search over FGD passes, then CP-SAT to admit more.
+"""EXPERIMENT, not what Berth runs: a replay-only window solver for the FGD protocol.
+
+``berth simulate --policy cpsat --objective packing`` uses it; the controller, ``berth solve``
+and the default ``berth simulate`` use :func:`solver.api.solve`, whose order search
+(:mod:`solver.cpsat.search`) grew out of this one. Its figures are reported as an experiment
+(bench/trace_replay.md) and never as Berth's.
 
 Why a replay-specific solver: in the FGD protocol every window is a set of single-pod gangs with
 no tenants, topology or QoS, and the only score is GPU allocated. The controller's model

@@ -153,6 +153,33 @@ def test_cpsat_in_windows(files: tuple[Path, Path], tmp_path: Path, objective: s
     data = json.loads(out.read_text())
     assert data["window"] == 8 and data["objective"] == objective
     assert data["orders"] == (16 if objective == "packing" else None)
+    assert data["experiment"] is (objective == "packing")
     greedy = replay(read_nodes(files[0]), read_pods(files[1]), policy="fgd", seed=42)
     assert data["per_seed"][0]["placed"] + data["per_seed"][0]["dropped"] == len(
         greedy.arrived_milli)
+
+
+def test_cpsat_default_is_the_controllers_engine(files: tuple[Path, Path], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --objective the replay runs solver.api.solve (what berth serve runs), and the
+    table says so; the packing experiment is labelled as one."""
+    out = tmp_path / "cpsat.json"
+    base = ["simulate", "--nodes", str(files[0]), "--pods", str(files[1]), "--policy",
+            "cpsat", "--window", "8", "--seeds", "42", "--time-limit", "0.2"]
+    assert main([*base, "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["objective"] == "controller" and data["experiment"] is False
+    assert "controller's engine" in capsys.readouterr().out
+    assert main([*base, "--objective", "packing"]) == 0
+    assert "EXPERIMENT" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra", [[], ["--policy", "fgd"], ["--policy", "cpsat"],
+                                   ["--policy", "cpsat", "--objective", "controller"]])
+def test_orders_outside_the_packing_experiment_is_refused(
+        files: tuple[Path, Path], extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["simulate", "--nodes", str(files[0]), "--pods", str(files[1]), "--seeds", "1",
+               "--orders", "4", *extra])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--orders" in err and "--objective packing" in err and "Traceback" not in err
