@@ -16,6 +16,14 @@
    extra wait must not make a first-come plan beat the fair split CP-SAT found among equally
    ranked gangs;
 4. every gang left waiting gets a reason.
+
+A window of more than :data:`MODEL_MAX_PODS` pending pods (a backlog, a burst of thousands of
+pods) is bounded: the model holds the head of the queue (the first gangs in queue order, at
+most :data:`MODEL_MAX_PODS` pods, always at least one gang) and the rest of the queue is placed
+after the model's plan by best-fit in queue order. Without the bound the model for a
+10,000-pod backlog took longer to build than the time limit, so it never ran and its build
+took the CPU the API server needed (e2e/bench_pace.md). The floor still compares the whole
+plan against the whole search plan.
 """
 
 from __future__ import annotations
@@ -23,13 +31,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from solver.baselines import ClusterArrays, place
+from dataclasses import replace
+
+import numpy as np
+
+from solver.baselines import ClusterArrays, GangPlacer, place
 from solver.cpsat.model import CpsatResult, solve_window
-from solver.cpsat.reasons import deferrals
+from solver.cpsat.reasons import arrays_after, deferrals
 from solver.cpsat.search import passes_for, search
 from solver.names import SolverName
-from solver.plan import Plan, SolveStats
-from solver.types import Snapshot
+from solver.plan import GangPlacement, Plan, SolveStats
+from solver.queue import queue_order
+from solver.types import Gang, Snapshot
 
 GREEDY_HINT = SolverName.BESTFIT
 # Least time worth building and solving the model for; below it the greedy plan stands.
@@ -40,6 +53,9 @@ SEARCH_SHARE = 0.5
 # Share of the state-and-greedy time kept back for the checker and the reasons after the
 # search (they cost well under it: see bench/solve_scale.md).
 POST_SOLVE_SHARE = 0.5
+#: Most pending pods one model holds; the rest of the queue is placed after it by best-fit
+#: (module docstring). ~1 ms of build per pod on the openb cluster (bench/solve_scale.md).
+MODEL_MAX_PODS = 256
 
 #: Every hard rule a plan breaks on a snapshot (empty: feasible); CP-SAT's plan is trusted only
 #: when it is empty. :mod:`solver.api` passes :func:`solver.checker.check`.
@@ -62,6 +78,51 @@ def plan_value(snapshot: Snapshot, plan: Plan) -> int:
         by_name[a.gang].gpu_demand_milli * (1 + max(0, by_name[a.gang].priority))
         for a in plan.admitted if a.gang in by_name
     )
+
+
+def bounded(snapshot: Snapshot, max_pods: int | None = None
+            ) -> tuple[Snapshot, list[Gang]]:
+    """The snapshot the model holds and the gangs left to place after it: the head of the
+    queue up to ``max_pods`` pods (at least one gang; default :data:`MODEL_MAX_PODS`), and
+    the rest in queue order. A window within the bound is returned whole, with nothing after
+    it."""
+    max_pods = MODEL_MAX_PODS if max_pods is None else max_pods
+    if sum(len(g.pods) for g in snapshot.gangs) <= max_pods:
+        return snapshot, []
+    queue = queue_order(snapshot)
+    head: list[Gang] = []
+    pods = 0
+    for g in queue:
+        if head and pods + len(g.pods) > max_pods:
+            break
+        head.append(g)
+        pods += len(g.pods)
+    names = {g.name for g in head}
+    # the head keeps the snapshot's own order, so the model sees its gangs as before
+    return (replace(snapshot, gangs=tuple(g for g in snapshot.gangs if g.name in names)),
+            queue[len(head):])
+
+
+def place_after(snapshot: Snapshot, arrays: ClusterArrays, head: list[GangPlacement],
+                tail: list[Gang], *, seed: int) -> list[GangPlacement]:
+    """``tail`` placed by best-fit in order, into ``arrays`` (left as it was) once ``head``
+    (admitted gangs of ``snapshot``) is placed; quotas count the head's gangs."""
+    if not tail:
+        return []
+    head_plan = Plan(tuple(head), (), SolveStats(solver="head", status="", wall_seconds=0.0))
+    work = arrays_after(snapshot, head_plan, arrays.copy())
+    by_name = {g.name: g for g in snapshot.gangs}
+    placer = GangPlacer(work, SolverName.BESTFIT, np.random.default_rng(seed))
+    for gp in head:
+        gang = by_name[gp.gang]
+        placer.used[gang.tenant] = placer.used.get(gang.tenant, 0) + gang.gpu_demand_milli
+        placer.admitting.add(gang.tenant)
+    out = []
+    for gang in tail:
+        result = placer.place(gang)
+        if not isinstance(result, str):
+            out.append(result)
+    return out
 
 
 def choose(snapshot: Snapshot, result: CpsatResult, hint: Plan, *,
@@ -108,11 +169,20 @@ def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: in
         return Plan(hint.admitted, hint.deferred, stats)  # the greedy policy's own reasons
     # keep back time for what follows the search (judge, reasons)
     reserve = POST_SOLVE_SHARE * spent
-    result = solve_window(snapshot, hint=hint,
+    head, tail = bounded(snapshot)
+    head_names = {g.name for g in head.gangs}
+    head_hint = hint if not tail else Plan(
+        tuple(a for a in hint.admitted if a.gang in head_names), (), hint.stats)
+    result = solve_window(head, hint=head_hint,
                           time_limit=max(MIN_MODEL_SECONDS, time_limit - spent - reserve),
                           seed=seed, workers=workers, arrays=arrays,
                           deterministic_time=SEARCH_SHARE * (
                               time_limit if nominal_limit is None else nominal_limit))
+    t1 = time.perf_counter()
+    if tail and result.admitted is not None:
+        result.admitted = result.admitted + place_after(snapshot, arrays, result.admitted,
+                                                        tail, seed=seed)
+    tail_s = time.perf_counter() - t1
     t1 = time.perf_counter()
     plan, why = choose(snapshot, result, hint, judge=judge)
     check_s = time.perf_counter() - t1
@@ -122,6 +192,9 @@ def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: in
         "build_seconds": result.build_seconds,
         "cpsat_seconds": result.solve_seconds,
         "check_seconds": check_s,
+        "model_gangs": float(len(head.gangs)),
+        "after_model_gangs": float(len(tail)),
+        "after_model_seconds": tail_s,
         **{f"term_{k}": v for k, v in result.terms.items()},
         **result.size,
     }
