@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-
 from dataclasses import replace
 
 import numpy as np
