@@ -118,6 +118,11 @@ RESOURCE_GPU: Final = "nvidia.com/gpu"
 NVIDIA_PREFIX: Final = "nvidia.com/"
 RESOURCE_MIG_PREFIX: Final = "nvidia.com/mig-"  # MIG mixed strategy: nvidia.com/mig-<profile>
 LABEL_GPU_PRODUCT: Final = "nvidia.com/gpu.product"  # GPU Feature Discovery node label
+# Dynamic Resource Allocation (resource.k8s.io/v1), as NVIDIA's DRA driver publishes GPUs.
+DRA_DRIVER: Final = "gpu.nvidia.com"  # the driver; also the prefix of its device attributes
+DRA_GPU_CLASS: Final = "gpu.nvidia.com"  # DeviceClass of whole GPUs
+DRA_MIG_CLASS: Final = "mig.nvidia.com"  # DeviceClass of MIG devices
+LABEL_GPU_CLIQUE: Final = "nvidia.com/gpu.clique"  # node label: the NVLink domain of its GPUs
 
 KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"

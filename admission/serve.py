@@ -261,7 +261,8 @@ async def run_serve(cfg: ServeConfig) -> None:
         assert cfg.cert_dir is not None, "the webhook needs its certificate directory"
         front = await start_webhook(WebhookConfig(
             policy=cfg.policy, cert_dir=cfg.cert_dir, host=cfg.host, port=cfg.port,
-            metrics_port=cfg.metrics_port), registry)
+            metrics_port=cfg.metrics_port, read_claims=True, kubeconfig=cfg.kubeconfig),
+            registry)
         policies = front.state.policies
     else:
         front = ControllerOnly(cfg, registry)
@@ -313,7 +314,8 @@ async def _serve_two_processes(cfg: ServeConfig, registry: WebhookMetrics) -> No
     try:
         front = await start_webhook(WebhookConfig(
             policy=cfg.policy, cert_dir=cfg.cert_dir, host=cfg.host, port=cfg.port,
-            metrics_port=cfg.metrics_port), registry)
+            metrics_port=cfg.metrics_port, read_claims=True, kubeconfig=cfg.kubeconfig),
+            registry)
     except BaseException:
         await child.stop()
         raise

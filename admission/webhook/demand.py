@@ -25,6 +25,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from admission import constants as c
+from admission.dra import ClaimProblem, PodAsk, pod_ask
+from admission.dra.claims import container_claims
+from admission.dra.slices import mig_milli
 from admission.sharing import Reading, SharingAdapter, SharingError
 
 # ("containers", 2) or ("initContainers", 0): where a container sits in the pod spec.
@@ -61,6 +64,8 @@ class GpuDemand(NamedTuple):
     gpu_counts: Mapping[Slot, int] = {}  # whole GPUs each container asks for (absent: none)
     direct: Reading | None = None  # a share asked for in the sharing backend's own resources
     memory_path: str | None = None  # field the GPU memory came from
+    models_path: str | None = None  # field the models came from (None: Berth's annotation)
+    dra: PodAsk | None = None  # the GPUs come from the pod's ResourceClaims (no resources)
 
 
 _SHOWN = reprlib.Repr()  # keyword arguments only from Python 3.12
@@ -380,3 +385,65 @@ def _named(by_key: Mapping[str, Sequence[Mapping[str, Any]]], wanted: str) -> Sl
     names = [str(ct.get("name")) for listed in by_key.values() for ct in listed]
     raise PodProblem(f"metadata.annotations[{c.KAI_FRACTION_CONTAINER}]",
                      f"names no container of this pod ({', '.join(names)})", "bad-fraction")
+
+
+def dra_demand(pod: Mapping[str, Any], annotations: Mapping[str, str],
+               plugin: GpuDemand | None, claims: Mapping[tuple[str, str], Any]) -> GpuDemand | None:
+    """The pod's GPU demand through its ResourceClaims (``claims``: the claims and templates it
+    names, as the webhook read them from its namespace), or ``plugin`` (the demand of its
+    resources) when no claim asks for GPUs."""
+    try:
+        ask = pod_ask(pod, claims)
+    except ClaimProblem as problem:
+        raise PodProblem(problem.path, problem.message, f"dra-{problem.reason}") from None
+    if ask is None:
+        return plugin
+    path = ask.claims[0].path
+    for key in (c.ANNOTATION_FRACTION, c.KAI_FRACTION, c.ANNOTATION_GPU_MEMORY, c.KAI_MEMORY):
+        if key in annotations:
+            raise PodProblem(f"metadata.annotations[{key}]",
+                             "asks for a share of a GPU, but the pod's GPUs come from "
+                             f"ResourceClaims ({path}); drop the annotation, or ask for a MIG "
+                             f"device with class {c.DRA_MIG_CLASS}", "dra-mixed")
+    if plugin is not None:
+        raise PodProblem(path, f"asks for GPUs through a ResourceClaim and the pod also asks "
+                               f"for GPU resources ({c.RESOURCE_GPU} or a share); ask for them "
+                               "one way", "dra-mixed")
+    milli = 1000
+    if ask.mig:
+        if ask.count or len(ask.mig) > 1:
+            raise PodProblem(path, "asks for more than one MIG device, or for MIG devices and "
+                                   "whole GPUs; a pod takes whole GPUs or one MIG device",
+                             "dra-mig")
+        milli = mig_milli(ask.mig[0])
+        if not milli:
+            raise PodProblem(path, "asks for a MIG device without naming its profile; add a "
+                                   'selector device.attributes["gpu.nvidia.com"].profile == '
+                                   '"<n>g.<m>gb"' if not ask.mig[0] else
+                             f"names MIG profile {ask.mig[0]!r}, which is not of the form "
+                             "<n>g.<m>gb", "dra-mig")
+    spec = mapping(pod, "spec", "spec")
+    by_key = {"containers": containers(spec, "containers"),
+              "initContainers": containers(spec, "initContainers")}
+    if not by_key["containers"]:
+        raise PodProblem("spec.containers", "a pod needs at least one container", "malformed-pod")
+    using = set(container_claims(pod))
+    names = {r.name for r in ask.claims}
+    slots = tuple((key, i) for key, listed in by_key.items() for i, ct in enumerate(listed)
+                  if any(isinstance(x, dict) and x.get("name") in names
+                         for x in ((ct.get("resources") or {}).get("claims") or [])))
+    if not using & names:
+        slots = (("containers", 0),)
+    models = tuple(sorted(ask.models))
+    node_selector = (string_map(spec, "nodeSelector", "spec.nodeSelector")
+                     if "nodeSelector" in spec else {})
+    if c.LABEL_GPU_PRODUCT in node_selector or c.ANNOTATION_GPU_MODELS in annotations:
+        named = set(_models(annotations, node_selector))
+        models = tuple(m for m in models if m in named) if models else tuple(sorted(named))
+        if not models:
+            raise PodProblem(path, "allows no GPU model that the pod's node selector or "
+                                   f"{c.ANNOTATION_GPU_MODELS} allows", "dra-selector")
+    return GpuDemand(count=ask.count or 1, fraction=None if milli == 1000 else milli / 1000,
+                     fraction_path=path if milli < 1000 else None, memory_mib=0,
+                     container=slots[0], gpu_containers=slots, models=models,
+                     containers=by_key, gpu_counts={}, models_path=path, dra=ask)

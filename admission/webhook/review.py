@@ -35,6 +35,7 @@ from admission.webhook.demand import (
     GpuDemand,
     PodProblem,
     Slot,
+    dra_demand,
     mapping,
     read_demand,
     shown,
@@ -239,6 +240,11 @@ def _allow(uid: str, reason: str) -> Decision:
     return Decision({"uid": uid, "allowed": True}, Outcome.UNTOUCHED, reason)
 
 
+def refusal(uid: str, problem: PodProblem) -> Decision:
+    """The refusal of a pod for ``problem`` (for the server's own checks around the review)."""
+    return _deny(uid, [problem])
+
+
 def _deny(uid: str, problems: list[PodProblem]) -> Decision:
     text = "; ".join(f"{p.path}: {p.message}" for p in problems)
     return Decision(
@@ -257,8 +263,12 @@ def _deny(uid: str, problems: list[PodProblem]) -> Decision:
 # --------------------------------------------------------------------------------------------
 
 
-def review(request: Mapping[str, Any], policy: Policy) -> Decision:
-    """Decide on one AdmissionRequest (already parsed by :func:`parse_review`)."""
+def review(request: Mapping[str, Any], policy: Policy,
+           claims: Mapping[tuple[str, str], Any] | None = None) -> Decision:
+    """Decide on one AdmissionRequest (already parsed by :func:`parse_review`). ``claims``: the
+    ResourceClaims and ResourceClaimTemplates the pod names, by (kind, name), as the server read
+    them from the pod's namespace (:func:`claim_names` says which; None when the pod names
+    none)."""
     uid = str(request.get("uid", ""))
     kind = request.get("kind") or {}
     if kind.get("kind") != "Pod" or kind.get("group", "") != "" or request.get("subResource"):
@@ -280,6 +290,9 @@ def review(request: Mapping[str, Any], policy: Policy) -> Decision:
         labels = string_map(meta, "labels", "metadata.labels")
         annotations = string_map(meta, "annotations", "metadata.annotations")
         demand = read_demand(pod, annotations, ctx.adapter)
+        spec = pod.get("spec")
+        if isinstance(spec, dict) and spec.get("resourceClaims"):
+            demand = dra_demand(pod, annotations, demand, claims or {})
     except PodProblem as problem:
         return _deny(uid, [problem])
     if demand is None:
@@ -353,7 +366,11 @@ def _admit(
     models = _models(demand, rules, problems) if demand.models else rules.allowed_models
     translation: Translation | None
     direct = demand.direct
-    if direct is not None:  # the backend's own resources, kept as the pod wrote them
+    if demand.dra is not None:  # the claims ask; the scheduler's DRA allocator hands out
+        milli = round(demand.fraction * 1000) if demand.fraction is not None else 1000
+        count = demand.count
+        translation = Translation(milli=milli)
+    elif direct is not None:  # the backend's own resources, kept as the pod wrote them
         milli, count = _direct_share(demand, direct, models, ctx, problems), 1
         translation = direct.translation
     else:
@@ -486,7 +503,7 @@ def _models(demand: GpuDemand, rules: TenantRules, problems: list[PodProblem]) -
         bad = [m for m in demand.models if m not in allowed]
         if bad:
             problems.append(PodProblem(
-                f"metadata.annotations[{c.ANNOTATION_GPU_MODELS}]",
+                demand.models_path or f"metadata.annotations[{c.ANNOTATION_GPU_MODELS}]",
                 f"GPU model {', '.join(bad)} is not allowed for tenant {rules.name!r}; "
                 f"use one of: {', '.join(allowed)}", "model-not-allowed"))
             return tuple(m for m in demand.models if m in allowed)
@@ -725,7 +742,7 @@ def _patch_metadata(
         c.ANNOTATION_GPU_MILLI: str(milli),
         c.ANNOTATION_GPU_MEMORY_MIB: str(demand.memory_mib),
         c.ANNOTATION_ALLOWED_MODELS: ",".join(models),
-        c.ANNOTATION_SHARING: ctx.sharing_backend,
+        c.ANNOTATION_SHARING: "dra" if demand.dra is not None else ctx.sharing_backend,
         c.ANNOTATION_POLICY_GENERATION: ctx.generation,
     }
     if gang.size is not None:

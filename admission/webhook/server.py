@@ -30,24 +30,30 @@ import hashlib
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import StreamReader, hdrs, web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from admission.certs import TlsReloader
+from admission.dra import ClaimProblem, pod_claims
 from admission.event_loop import loop_name
 from admission.metrics import MetricsServer, WebhookMetrics, exposition
 from admission.policy import Policy, PolicyError, PolicyIssue, check_text
+from admission.webhook.claims import ClaimReader, ClaimReadError, api_client
+from admission.webhook.demand import PodProblem
 from admission.webhook.review import (
     Decision,
     MalformedReview,
     Outcome,
+    context_for,
     dumps,
     loads,
     parse_review,
+    refusal,
     review,
     review_response,
 )
@@ -79,6 +85,10 @@ class WebhookConfig:
     # kube-apiserver keeps an idle connection, so the server is the side that closes).
     idle_timeout: float = 60.0
     body_timeout: float = 10.0  # most time a request's body may take to arrive (then 408)
+    # Read the ResourceClaims and templates a GPU pod names (DRA): with the credentials of
+    # this kubeconfig, or in-cluster ones when ``read_claims`` and no kubeconfig is named.
+    read_claims: bool = False
+    kubeconfig: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +200,7 @@ class WebhookState:
     body_timeout: float = 10.0
     draining: bool = False
     in_flight: int = 0
+    claims: ClaimReader | None = None  # None: this webhook has no API access (DRA pods refused)
 
     def __post_init__(self) -> None:
         # Read at scrape time: no lock taken per request for this gauge.
@@ -334,7 +345,11 @@ class WebhookHandler:
             reason = str(exc) if isinstance(exc, MalformedReview) else f"not JSON: {exc}"
             return _plain(400, f"not an AdmissionReview: {reason}")
         try:
-            decision = review(admission_request, state.policies.policy)
+            claims = await _claims_for(state, admission_request)
+            if isinstance(claims, Decision):
+                decision = claims
+            else:
+                decision = review(admission_request, state.policies.policy, claims)
         except Exception:  # never a 5xx: log it and refuse with an explanation
             log.exception("review failed for request %s", admission_request.get("uid"))
             decision = _internal_refusal(str(admission_request.get("uid", "")))
@@ -387,8 +402,40 @@ def new_state(config: WebhookConfig, metrics: WebhookMetrics | None = None) -> W
     tls = TlsReloader(config.cert_dir) if config.cert_dir is not None else None
     if tls is not None and tls.not_after is not None:
         metrics.cert_expiry.set(tls.not_after.timestamp())
+    claims = None
+    if config.read_claims or config.kubeconfig:
+        claims = ClaimReader(api_client(config.kubeconfig))
     return WebhookState(PolicySource(config.policy, metrics), metrics, tls, config.max_body,
-                        config.body_timeout)
+                        config.body_timeout, claims=claims)
+
+
+async def _claims_for(state: WebhookState, request: Mapping[str, Any]
+                      ) -> Mapping[tuple[str, str], Any] | Decision | None:
+    """What the review needs of the claims a pod CREATE names (None: it names none, or it is
+    not Berth's to review), or the refusal when they cannot be read."""
+    pod = request.get("object")
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    if (not isinstance(spec, dict) or not spec.get("resourceClaims")
+            or request.get("operation") != "CREATE"):
+        return None
+    namespace = str(request.get("namespace") or "")
+    if namespace not in context_for(state.policies.policy).by_namespace:
+        return None
+    uid = str(request.get("uid", ""))
+    try:
+        refs = pod_claims(pod)  # type: ignore[arg-type]
+    except ClaimProblem as problem:
+        return refusal(uid, PodProblem(problem.path, problem.message, f"dra-{problem.reason}"))
+    if state.claims is None:
+        return refusal(uid, PodProblem(
+            "spec.resourceClaims", "this webhook runs without API access and cannot read the "
+            "pod's ResourceClaims; the cluster admin runs it with read access to "
+            "resourceclaims and resourceclaimtemplates (docs/dra.md)", "dra-no-access"))
+    try:
+        return await state.claims.read(namespace, refs)
+    except ClaimReadError as exc:
+        return refusal(uid, PodProblem(exc.ref.path, f"Berth could not read {exc}; try again",
+                                       "dra-unreadable"))
 
 
 class WebhookServer:

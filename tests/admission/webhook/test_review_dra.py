@@ -1,0 +1,233 @@
+"""The review of pods that ask for GPUs through DRA ResourceClaims (docs/dra.md)."""
+
+from __future__ import annotations
+
+import random
+import string
+from typing import Any
+
+import pytest
+from review_helpers import SAMPLE, apply_patch
+
+from admission import constants as c
+from admission.dra import TEMPLATE, ClaimProblem, gpu_ask, pod_ask
+from admission.dra.claims import CLAIM
+from admission.policy import load_policy
+from admission.webhook import parse_review, review
+
+POLICY = load_policy(SAMPLE)
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+def template(*requests: dict[str, Any], constraints: list[Any] | None = None) -> dict[str, Any]:
+    devices: dict[str, Any] = {"requests": list(requests)}
+    if constraints is not None:
+        devices["constraints"] = constraints
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "gpus", "namespace": "team-a"},
+            "spec": {"spec": {"devices": devices}}}
+
+
+def gpus(count: int = 1, *selectors: str, cls: str = c.DRA_GPU_CLASS,
+         **extra: Any) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": cls, "count": count, **extra}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    return {"name": "gpu", "exactly": exactly}
+
+
+def model_is(*models: str) -> str:
+    attr = 'device.attributes["gpu.nvidia.com"].productName'
+    if len(models) == 1:
+        return f'{attr} == "{models[0]}"'
+    return f"{attr} in [{', '.join(repr(m) for m in models)}]"
+
+
+def pod_request(claims: list[dict[str, Any]], *, namespace: str = "team-a",
+                limits: dict[str, str] | None = None,
+                annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "train", "image": "trainer:1",
+                                 "resources": {"claims": [{"name": x["name"]} for x in claims]}}
+    if limits:
+        container["resources"]["limits"] = limits
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "namespace": namespace, "annotations": annotations or {}},
+           "spec": {"containers": [container], "resourceClaims": claims}}
+    payload = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+               "request": {"uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                           "namespace": namespace, "operation": "CREATE", "object": pod}}
+    return parse_review(payload)[1]  # type: ignore[return-value]
+
+
+def by_template(name: str = "gpus") -> list[dict[str, Any]]:
+    return [{"name": "gpu", "resourceClaimTemplateName": name}]
+
+
+def decide(request: dict[str, Any], objects: dict[tuple[str, str], Any]) -> tuple[Any, Any]:
+    decision = review(request, POLICY, objects)
+    pod = request["object"]
+    if "patch" in decision.response:
+        pod = apply_patch(pod, decision.response["patch"])
+    return decision, pod
+
+
+def message(decision: Any) -> str:
+    assert not decision.response["allowed"], decision.response
+    return str(decision.response["status"]["message"])
+
+
+def test_two_gpus_of_an_allowed_model_are_gated_and_tagged() -> None:
+    decision, pod = decide(pod_request(by_template()),
+                           {(TEMPLATE, "gpus"): template(gpus(2, model_is(A100)))})
+    assert decision.outcome == "mutated", decision.response
+    ann = pod["metadata"]["annotations"]
+    assert ann[c.ANNOTATION_GPU_COUNT] == "2" and ann[c.ANNOTATION_GPU_MILLI] == "1000"
+    assert ann[c.ANNOTATION_ALLOWED_MODELS] == A100
+    assert ann[c.ANNOTATION_SHARING] == "dra"
+    assert pod["metadata"]["labels"][c.LABEL_TENANT] == "team-a"
+    assert pod["spec"]["schedulingGates"] == [{"name": c.SCHEDULING_GATE}]
+    # no device-plugin resource is added: the claim is what the scheduler allocates
+    assert "limits" not in pod["spec"]["containers"][0]["resources"]
+
+
+def test_a_forbidden_model_in_a_selector_is_refused_naming_the_claim() -> None:
+    decision, _ = decide(pod_request(by_template(), namespace="team-b"),
+                         {(TEMPLATE, "gpus"): template(gpus(1, model_is("NVIDIA-H100-80GB-HBM3")))})
+    text = message(decision)
+    assert "spec.resourceClaims[0].resourceClaimTemplateName" in text
+    assert "NVIDIA-H100-80GB-HBM3 is not allowed for tenant 'team-b'" in text
+    assert A100 in text  # the fix: the models the tenant may use
+
+
+def test_no_selector_means_the_tenants_models() -> None:
+    decision, pod = decide(pod_request(by_template(), namespace="team-b"),
+                           {(TEMPLATE, "gpus"): template(gpus(1))})
+    assert decision.outcome == "mutated"
+    assert pod["metadata"]["annotations"][c.ANNOTATION_ALLOWED_MODELS] == A100
+
+
+def test_over_the_tenants_gpus_per_pod_is_refused() -> None:
+    decision, _ = decide(pod_request(by_template(), namespace="team-b"),
+                         {(TEMPLATE, "gpus"): template(gpus(5))})
+    assert "5 GPUs exceed tenant 'team-b'" in message(decision)
+
+
+def test_a_missing_template_is_refused_with_the_fix() -> None:
+    decision, _ = decide(pod_request(by_template("nope")), {(TEMPLATE, "nope"): None})
+    assert "ResourceClaimTemplate 'nope' does not exist" in message(decision)
+    assert "create it before the pod" in message(decision)
+
+
+def test_a_claim_by_name_counts_its_gpus() -> None:
+    claims = [{"name": "gpu", "resourceClaimName": "shared"}]
+    claim = {"spec": template(gpus(3))["spec"]["spec"]}
+    decision, pod = decide(pod_request(claims), {(CLAIM, "shared"): claim})
+    assert decision.outcome == "mutated"
+    assert pod["metadata"]["annotations"][c.ANNOTATION_GPU_COUNT] == "3"
+
+
+def test_claims_of_other_classes_leave_the_pod_alone() -> None:
+    nic = {"name": "nic", "exactly": {"deviceClassName": "nic.example.com", "count": 2}}
+    decision, pod = decide(pod_request(by_template()), {(TEMPLATE, "gpus"): template(nic)})
+    assert decision.outcome == "untouched", decision.response
+    assert "schedulingGates" not in pod["spec"]
+
+
+def test_a_mig_device_is_a_share_of_its_gpu() -> None:
+    profile = 'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"'
+    decision, pod = decide(pod_request(by_template()), {
+        (TEMPLATE, "gpus"): template(gpus(1, profile, cls=c.DRA_MIG_CLASS))})
+    assert decision.outcome == "mutated", decision.response
+    ann = pod["metadata"]["annotations"]
+    assert ann[c.ANNOTATION_GPU_COUNT] == "1" and ann[c.ANNOTATION_GPU_MILLI] == "429"
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ({"allocationMode": "All"}, "use ExactCount"),
+    ({"adminAccess": True}, "tenants' pods may not ask for it"),
+    ({"capacity": {"requests": {"memory": "10Gi"}}}, "consumable share"),
+])
+def test_what_berth_cannot_plan_is_refused(extra: dict[str, Any], words: str) -> None:
+    objects = {(TEMPLATE, "gpus"): template(gpus(1, **extra))}
+    decision, _ = decide(pod_request(by_template()), objects)
+    assert words in message(decision)
+
+
+def test_mixing_claims_and_device_plugin_gpus_is_refused() -> None:
+    decision, _ = decide(pod_request(by_template(), limits={c.RESOURCE_GPU: "1"}),
+                         {(TEMPLATE, "gpus"): template(gpus(1))})
+    assert "ask for them one way" in message(decision)
+
+
+def test_a_fraction_annotation_on_a_claim_pod_is_refused() -> None:
+    decision, _ = decide(pod_request(by_template(), annotations={c.ANNOTATION_FRACTION: "0.5"}),
+                         {(TEMPLATE, "gpus"): template(gpus(1))})
+    assert c.ANNOTATION_FRACTION in message(decision)
+
+
+def test_constraints_on_gpu_requests_are_refused() -> None:
+    spec = template(gpus(2), constraints=[{"requests": ["gpu"],
+                                           "matchAttribute": "resource.kubernetes.io/pcieRoot"}])
+    decision, _ = decide(pod_request(by_template()), {(TEMPLATE, "gpus"): spec})
+    assert "constrains GPU requests" in message(decision)
+
+
+@pytest.mark.parametrize("expression", [
+    'device.attributes["gpu.nvidia.com"].productName == "A" || device.driver == "x"',
+    'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0',
+    'device.attributes["gpu.nvidia.com"].productName != "A"',
+    "true",
+    "",
+])
+def test_selectors_berth_cannot_read_are_refused(expression: str) -> None:
+    with pytest.raises(ClaimProblem, match="selector Berth cannot plan"):
+        gpu_ask(template(gpus(1, expression))["spec"]["spec"], "t")
+
+
+def test_selectors_berth_reads() -> None:
+    spec = template(gpus(1, 'device.driver == "gpu.nvidia.com"',
+                         f"({model_is('A', 'B')}) && {model_is('B')}"))["spec"]["spec"]
+    ask = gpu_ask(spec, "t")
+    assert ask.count == 1 and ask.models == {"B"}
+
+
+def test_models_of_two_claims_intersect() -> None:
+    pod = pod_request([{"name": "a", "resourceClaimTemplateName": "a"},
+                       {"name": "b", "resourceClaimTemplateName": "b"}])["object"]
+    ask = pod_ask(pod, {(TEMPLATE, "a"): template(gpus(1, model_is("A", "B"))),
+                        (TEMPLATE, "b"): template(gpus(2, model_is("B", "C")))})
+    assert ask is not None and ask.count == 3 and ask.models == {"B"}
+    with pytest.raises(ClaimProblem, match="no other claim of the pod allows"):
+        pod_ask(pod, {(TEMPLATE, "a"): template(gpus(1, model_is("A"))),
+                      (TEMPLATE, "b"): template(gpus(2, model_is("C")))})
+
+
+def _garbage(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.randrange(7 if depth < 3 else 4)
+    if kind == 0:
+        return rng.randrange(-3, 10 ** 7)
+    if kind == 1:
+        return "".join(rng.choice(string.printable) for _ in range(rng.randrange(12)))
+    if kind == 2:
+        return None
+    if kind == 3:
+        return rng.choice([True, False, 1.5])
+    if kind == 4:
+        return [_garbage(rng, depth + 1) for _ in range(rng.randrange(4))]
+    keys = ["devices", "requests", "exactly", "deviceClassName", "count", "selectors", "cel",
+            "expression", "allocationMode", "firstAvailable", "constraints", "name", "spec"]
+    return {rng.choice(keys): _garbage(rng, depth + 1) for _ in range(rng.randrange(5))}
+
+
+def test_generated_hostile_templates_are_refused_or_read_never_crash() -> None:
+    rng = random.Random(7)
+    for i in range(3000):
+        obj = {"spec": {"spec": _garbage(rng)}} if i % 2 else {"spec": _garbage(rng)}
+        request = pod_request(by_template())
+        # the generated spec sits where the template's spec goes, with GPU requests mixed in
+        if i % 3 == 0 and isinstance(obj["spec"], dict):
+            obj["spec"]["spec"] = {"devices": {"requests": [gpus(1), _garbage(rng)]}}
+        decision = review(request, POLICY, {(TEMPLATE, "gpus"): obj})
+        response = decision.response
+        assert response["allowed"] or "Berth:" in response["status"]["message"]
+        assert "Traceback" not in str(response)
