@@ -9,6 +9,7 @@ Gone, anything else ApiError) with the server's own message.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 # concurrent writes (Settings.release_writers per pool) with room to spare. The client's
 # default (5 per CPU) would make writes beyond it open and drop a TLS connection each.
 CONNECTIONS = 32
+DRA_ABSENT_RECHECK = 60.0  # seconds between looks for resource.k8s.io/v1 on a server without
 
 
 def load_client(kubeconfig: str | None = None) -> client.ApiClient:
@@ -90,6 +92,7 @@ class KubeApi:
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.admission = client.AdmissionregistrationV1Api(api_client)
+        self.resource = client.ResourceV1Api(api_client)
         self.timeout = request_timeout
 
     # ------------------------------------------------------------------ pods and nodes
@@ -126,6 +129,29 @@ class KubeApi:
     def watch_nodes(self, resource_version: str,
                     timeout_seconds: int) -> Iterator[tuple[str, Json]]:
         return self._watch(self.core.list_node, resource_version, timeout_seconds)
+
+    # ------------------------------------------------------------------ DRA
+    def _dra_lister(self, kind: str) -> Callable[..., Any]:
+        return {"resourceslices": self.resource.list_resource_slice,
+                "resourceclaims": self.resource.list_resource_claim_for_all_namespaces,
+                "resourceclaimtemplates":
+                    self.resource.list_resource_claim_template_for_all_namespaces}[kind]
+
+    def list_dra(self, kind: str) -> tuple[list[Json], str]:
+        """Everything of a DRA kind; ([], "") from a server that does not serve
+        resource.k8s.io/v1 (404), so a cluster without DRA costs nothing."""
+        try:
+            data = _call(self._dra_lister(kind), _request_timeout=self.timeout)
+        except NotFound:
+            return [], ""
+        return data.get("items") or [], data["metadata"]["resourceVersion"]
+
+    def watch_dra(self, kind: str, resource_version: str,
+                  timeout_seconds: int) -> Iterator[tuple[str, Json]]:
+        if not resource_version:  # not served: look again after a while
+            time.sleep(min(timeout_seconds, DRA_ABSENT_RECHECK))
+            raise Gone(410, f"{kind}: resource.k8s.io/v1 not served; listing again")
+        return self._watch(self._dra_lister(kind), resource_version, timeout_seconds)
 
     def get_pod(self, namespace: str, name: str) -> Json | None:
         try:

@@ -14,11 +14,12 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 
 from admission.backends import backend_named
 from admission.controller import translate as tr
 from admission.controller import trust
-from admission.controller.api import ClusterApi, Json
+from admission.controller.api import DRA_KINDS, ClusterApi, Json
 from admission.controller.cycle import Cycle, CycleReport, Solve
 from admission.controller.explain import Explainer
 from admission.controller.inventory import Inventory
@@ -82,6 +83,12 @@ class Controller:
         self.node_watch = WatchLoop(kind="nodes", lister=api.list_nodes, watcher=api.watch_nodes,
                                     replace=self.inventory.replace_nodes,
                                     apply=self.inventory.apply_node)
+        self.dra_watches = [
+            WatchLoop(kind=kind, lister=partial(api.list_dra, kind),
+                      watcher=partial(api.watch_dra, kind),
+                      replace=partial(self.inventory.replace_dra, kind),
+                      apply=partial(self.inventory.apply_dra, kind))
+            for kind in DRA_KINDS]
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -114,6 +121,8 @@ class Controller:
         """Rebuild the inventory from the API server alone (start-up, tests)."""
         self.inventory.replace_nodes(self.api.list_nodes()[0])
         self.inventory.replace_pods(self.api.list_pods()[0])
+        for kind in DRA_KINDS:
+            self.inventory.replace_dra(kind, self.api.list_dra(kind)[0])
 
     # ------------------------------------------------------------------ running
     def run_cycle(self, *, fast: bool = False) -> CycleReport:
@@ -127,6 +136,7 @@ class Controller:
         targets: list[tuple[str, Callable[[threading.Event], None]]] = [
             ("berth-watch-pods", self.pod_watch.run),
             ("berth-watch-nodes", self.node_watch.run),
+            *((f"berth-watch-{w.kind}", w.run) for w in self.dra_watches),
             ("berth-lease", self.elector.run),
             ("berth-cycle", self._loop),
         ]
@@ -154,7 +164,8 @@ class Controller:
             self._wake.clear()
             if stop.is_set():
                 return
-            synced = self.pod_watch.synced.is_set() and self.node_watch.synced.is_set()
+            synced = self.pod_watch.synced.is_set() and self.node_watch.synced.is_set() \
+                and all(w.synced.is_set() for w in self.dra_watches)
             if not (self.elector.is_leader and synced):
                 if time.monotonic() >= next_batch:
                     next_batch = time.monotonic() + window

@@ -236,7 +236,7 @@ class Cycle:
             # Only pods Berth really released (a managed namespace, its plan believed): a pod
             # that wrote Berth's annotations on itself is not Berth's to talk to.
             ours = [p for p in self.inventory.view().pods.values()
-                    if trust.planned_shares(p, self.settings) is not None]
+                    if trust.planned_shares(p, self.settings, built.dra) is not None]
             todo.extend(not_bound(ours, self.clock(), self.settings.bind_grace_seconds))
         # Waiting pods, the head of each queue first, so the budget goes where users look.
         tell = self._to_tell(built, report)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from admission import constants as c
 from admission.controller import translate as tr
+from admission.controller.dra import DraState, is_dra_pod
 from admission.controller.translate import Obj
 from admission.policy import Sharing
 from solver.types import MILLI
@@ -75,11 +76,14 @@ def _describe(resources: Mapping[str, int]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in sorted(resources.items())) or "no GPU resource"
 
 
-def problem(pod: Obj, sharing: Sharing) -> str | None:
-    """Why the pod's GPU resources do not bear out the demand Berth plans it with
+def problem(pod: Obj, sharing: Sharing, dra: DraState | None = None) -> str | None:
+    """Why the pod's GPU resources (or, for a pod whose GPUs come from ResourceClaims, its
+    claims in ``dra``) do not bear out the demand Berth plans it with
     (:func:`translate.pod_gpu_demand`); None when they do. Raises
     :class:`translate.TranslationError` for a value that cannot be read at all."""
     count, milli, _memory = tr.pod_gpu_demand(pod)
+    if is_dra_pod(pod):
+        return _claims_problem(pod, count, milli, dra)
     backend = tr.annotations_of(pod).get(c.ANNOTATION_SHARING) or sharing.backend
     devices = tr.pod_devices(pod)
     have = {k: v for k, v in devices.items()
@@ -93,3 +97,19 @@ def problem(pod: Obj, sharing: Sharing) -> str | None:
         return None
     return (f"its GPU demand ({said}) is not what its resources request "
             f"({_describe(have)}; {backend} sharing would need {_describe(want[0])})")
+
+
+def _claims_problem(pod: Obj, count: int, milli: int, dra: DraState | None) -> str | None:
+    said = f"{c.ANNOTATION_GPU_COUNT}={count}, {c.ANNOTATION_GPU_MILLI}={milli}"
+    gpu = {k: v for k, v in tr.pod_devices(pod).items() if k.startswith(c.NVIDIA_PREFIX)}
+    if gpu:
+        return (f"its GPUs come from ResourceClaims, but it also requests {_describe(gpu)}")
+    if dra is None:
+        return "its GPUs come from ResourceClaims, which this check was not given"
+    got = dra.demand(pod)
+    if isinstance(got, str):
+        return got
+    if got != (count, milli):
+        return (f"its GPU demand ({said}) is not what its ResourceClaims ask for ({got[0]} "
+                f"GPUs of {got[1]} milli)")
+    return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from admission import constants as c
@@ -27,6 +27,11 @@ class View:
     nodes: Mapping[str, Obj]
     pods: Mapping[str, Obj]
     version: int
+    # DRA objects by kind (DRA_KINDS), each by namespace/name ("/name" when cluster-scoped)
+    dra: Mapping[str, Mapping[str, Obj]] = field(default_factory=dict)
+
+    def dra_of(self, kind: str) -> Mapping[str, Obj]:
+        return self.dra.get(kind) or {}
 
 
 def _rv(obj: Obj) -> int:
@@ -47,6 +52,7 @@ class Inventory:
         self._lock = threading.Lock()
         self._nodes: dict[str, Obj] = {}
         self._pods: dict[str, Obj] = {}
+        self._dra: dict[str, dict[str, Obj]] = {}
         self._version = 0  # bumped on every change, so the fast path can tell news from noise
         # uid -> the resourceVersion at which a pod left the inventory (_FOREVER once deleted,
         # finished or terminating, states no pod comes back from). The release records what
@@ -135,10 +141,36 @@ class Inventory:
             self._nodes = fresh
             self._version += 1
 
+    # ---------------------------------------------------------------- DRA objects
+    def apply_dra(self, kind: str, event: str, obj: Obj) -> bool:
+        """A watch event of a ResourceSlice, ResourceClaim or ResourceClaimTemplate."""
+        obj = slim(obj)
+        key = dra_key(obj)
+        with self._lock:
+            objects = self._dra.setdefault(kind, {})
+            if event == "DELETED":
+                if objects.pop(key, None) is None:
+                    return False
+            else:
+                old = objects.get(key)
+                if old is not None and meta(old).get("uid") == meta(obj).get("uid") \
+                        and _rv(old) > _rv(obj):
+                    return False
+                objects[key] = obj
+            self._version += 1
+            return True
+
+    def replace_dra(self, kind: str, objects: Sequence[Obj]) -> None:
+        fresh = {dra_key(o): slim(o) for o in objects}
+        with self._lock:
+            self._dra[kind] = fresh
+            self._version += 1
+
     # ---------------------------------------------------------------- reading
     def view(self) -> View:
         with self._lock:
-            return View(dict(self._nodes), dict(self._pods), self._version)
+            return View(dict(self._nodes), dict(self._pods), self._version,
+                        {k: dict(v) for k, v in self._dra.items()})
 
     def pod(self, key: str) -> Obj | None:
         with self._lock:
@@ -151,6 +183,11 @@ class Inventory:
     def counts(self) -> dict[str, Any]:
         with self._lock:
             return {"nodes": len(self._nodes), "pods": len(self._pods)}
+
+
+def dra_key(obj: Obj) -> str:
+    m = meta(obj)
+    return f"{m.get('namespace') or ''}/{m.get('name') or ''}"
 
 
 def slim(obj: Obj) -> Obj:

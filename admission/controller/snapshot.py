@@ -31,6 +31,7 @@ from enum import StrEnum
 from admission import constants as c
 from admission.controller import demand, trust
 from admission.controller import translate as tr
+from admission.controller.dra import WAITING, DraState
 from admission.controller.inventory import View
 from admission.controller.settings import Settings
 from admission.controller.translate import Obj, TranslationError
@@ -144,18 +145,22 @@ class Built:
     gangs: dict[str, GangInfo]
     nodes: dict[str, Node]
     node_errors: dict[str, str]
+    dra: DraState = field(default_factory=DraState)
 
     def by_state(self, state: GangState) -> list[GangInfo]:
         return [g for g in self.gangs.values() if g.state == state]
 
 
-def build_nodes(view: View, settings: Settings,
-                memo: Memo) -> tuple[dict[str, Node], dict[str, str]]:
+def build_nodes(view: View, settings: Settings, memo: Memo,
+                dra: DraState | None = None) -> tuple[dict[str, Node], dict[str, str]]:
+    """The nodes as the solver sees them; ``dra``: their GPUs published in ResourceSlices,
+    added after their device-plugin GPUs."""
     nodes: dict[str, Node] = {}
     errors: dict[str, str] = {}
     for name, obj in sorted(view.nodes.items()):
         try:
-            nodes[name] = memo.node(obj, settings.topology_labels)
+            node = memo.node(obj, settings.topology_labels)
+            nodes[name] = dra.extend(node) if dra is not None and dra.devices else node
         except (TranslationError, ValueError) as exc:
             errors[name] = str(exc)
     return nodes, errors
@@ -216,21 +221,25 @@ def judge_size(info: GangInfo, settings: Settings) -> None:
                     f"{info.tenant}'s maxGangSize of {limit}; split the job")
 
 
-def classify(info: GangInfo, settings: Settings) -> None:
+def classify(info: GangInfo, settings: Settings, dra: DraState | None = None) -> None:
     if info.state == GangState.BROKEN:
         return
     for p in info.pods:
         try:
-            why = demand.problem(p, settings.sharing)
+            why = demand.problem(p, settings.sharing, dra)
         except TranslationError as exc:
             info.state, info.error = GangState.BROKEN, str(exc)
+            return
+        if why is not None and why.startswith(WAITING):  # its claim is not created yet
+            info.state, info.error = GangState.INCOMPLETE, f"pod {tr.pod_key(p)}: " + \
+                why[len(WAITING):]
             return
         if why is not None:
             info.refuse(Refusal.DEMAND, f"pod {tr.pod_key(p)}: {why}; it is not released")
             return
     plans = {tr.plan_id(p) for p in info.gated}
     if len(plans) == 1 and None not in plans and all(
-            trust.planned_shares(p, settings) for p in info.gated):
+            trust.planned_shares(p, settings, dra) for p in info.gated):
         (plan,) = plans
         same = [p for p in info.pods if tr.plan_id(p) == plan]
         if len(same) >= info.size:
@@ -256,10 +265,12 @@ def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo) -> Ga
 
 
 def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
-            settings: Settings) -> list[Running]:
+            settings: Settings, dra: DraState | None = None) -> list[Running]:
     """Everything that holds capacity now or is about to (the module docstring says what and
-    how it is counted)."""
+    how it is counted; :mod:`.dra` for GPUs held through ResourceClaims)."""
     out: list[Running] = []
+    dra = dra or DraState()
+    counted: set[str] = set()  # claims whose devices a pod already holds
     taken: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     finishing_keys = {tr.pod_key(p) for g in finishing for p in g.gated}
     pods: list[tuple[bool, str, Obj, tuple[str, tuple[GpuShare, ...]] | None]] = []
@@ -269,12 +280,16 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
         key = tr.pod_key(pod)
         if tr.has_berth_gate(pod) and key not in finishing_keys:
             continue
-        planned = trust.planned_shares(pod, settings)
+        planned = trust.planned_shares(pod, settings, dra)
         pods.append((planned is None, key, pod, planned))
     for _anonymous, _key, pod, planned in sorted(pods, key=lambda x: (x[0], x[1])):
         node_name = tr.spec(pod).get("nodeName")
         shares = None
-        if node_name:  # bound: it holds what its resources say, where Berth put it if it did
+        held = _claims_held(pod, dra, counted) if tr.spec(pod).get("resourceClaims") else None
+        if held is not None:  # its GPUs are its allocated claims' devices
+            node_name = node_name or held[0]
+            shares = held[1] if held[0] == node_name else ()
+        elif node_name:  # bound: it holds what its resources say, where Berth put it if it did
             if planned is not None and planned[0] == node_name:
                 shares = planned[1]
         elif planned is not None:  # released or finishing, not bound yet: Berth's plan
@@ -293,7 +308,35 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
         for s in r.gpus:
             taken[node.name][s.index] += s.milli
         out.append(r)
+    for key in sorted(set(dra.claims) - counted):  # claims no pod in the view holds
+        found = dra.claim_shares(key)
+        if found is None:
+            continue
+        tenant = settings.tenant_of_namespace(key.partition("/")[0])
+        out.append(Running(name=f"resourceclaim/{key}", node=found[0], gpus=found[1],
+                           tenant=tenant))
+        for s in found[1]:
+            taken[found[0]][s.index] += s.milli
     return out
+
+
+def _claims_held(pod: Obj, dra: DraState,
+                 counted: set[str]) -> tuple[str, tuple[GpuShare, ...]] | None:
+    """The node and GPU shares of the pod's allocated claims (a claim another pod already
+    holds adds nothing: a shared claim counts once); None when none of its claims is
+    allocated with GPUs."""
+    keys, _ = dra.pod_claim_keys(pod)
+    node: str | None = None
+    shares: list[GpuShare] = []
+    for key in keys:
+        found = dra.claim_shares(key)
+        if found is None:
+            continue
+        node = node or found[0]
+        if key not in counted and found[0] == node:
+            shares += found[1]
+        counted.add(key)
+    return (node, tuple(shares)) if node else None
 
 
 def build(view: View, settings: Settings, now: datetime, memo: Memo | None = None,
@@ -301,24 +344,26 @@ def build(view: View, settings: Settings, now: datetime, memo: Memo | None = Non
     """Nodes, gangs by state and the snapshot of the pending gangs; ``only`` keeps just the
     gangs it accepts (the fast path's classes) but every pod that holds capacity."""
     memo = memo or Memo()
-    nodes, node_errors = build_nodes(view, settings, memo)
+    dra = DraState.from_view(view)
+    nodes, node_errors = build_nodes(view, settings, memo, dra)
     gangs = group_gangs(view, settings)
     for info in gangs.values():
-        classify(info, settings)
+        classify(info, settings, dra)
     if only is not None:
         finishing_all = [g for g in gangs.values() if g.state == GangState.FINISHING]
         gangs = {k: g for k, g in gangs.items() if only(g)}
-        running = holding(view, nodes, finishing_all, settings)
-        return _finish_build(gangs, nodes, node_errors, running, now, settings, memo,
+        running = holding(view, nodes, finishing_all, settings, dra)
+        return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, dra,
                              sweep=False)
     finishing = [g for g in gangs.values() if g.state == GangState.FINISHING]
-    running = holding(view, nodes, finishing, settings)
-    return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, sweep=True)
+    running = holding(view, nodes, finishing, settings, dra)
+    return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, dra,
+                         sweep=True)
 
 
 def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
                   node_errors: dict[str, str], running: list[Running], now: datetime,
-                  settings: Settings, memo: Memo, *, sweep: bool) -> Built:
+                  settings: Settings, memo: Memo, dra: DraState, *, sweep: bool) -> Built:
     solvable: list[Gang] = []
     for info in sorted(gangs.values(), key=lambda g: g.key):
         if info.state != GangState.PENDING:
@@ -333,4 +378,4 @@ def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
     snapshot = Snapshot(nodes=tuple(nodes.values()), gangs=tuple(solvable),
                         running=tuple(running), tenants=settings.tenants,
                         policy=settings.solver_policy)
-    return Built(snapshot=snapshot, gangs=gangs, nodes=nodes, node_errors=node_errors)
+    return Built(snapshot=snapshot, gangs=gangs, nodes=nodes, node_errors=node_errors, dra=dra)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from admission.controller import demand
 from admission.controller import translate as tr
+from admission.controller.dra import DraState
 from admission.controller.settings import Settings
 from admission.controller.translate import Obj, TranslationError
 from solver.types import MAX_PRIORITY, GpuShare
@@ -52,22 +53,24 @@ def priority_of(pod: Obj, settings: Settings, tenant: str) -> int:
     return max(-top, min(top, tr.priority(pod)))
 
 
-def demand_problem(pod: Obj, settings: Settings) -> str | None:
-    """Why the pod's resources do not bear out its demand annotations (None: they do)."""
+def demand_problem(pod: Obj, settings: Settings, dra: DraState | None = None) -> str | None:
+    """Why the pod's resources (its ResourceClaims, for a pod whose GPUs come from them) do not
+    bear out its demand annotations (None: they do)."""
     try:
-        return demand.problem(pod, settings.sharing)
+        return demand.problem(pod, settings.sharing, dra)
     except TranslationError as exc:
         return str(exc)
 
 
-def planned_shares(pod: Obj, settings: Settings) -> tuple[str, tuple[GpuShare, ...]] | None:
+def planned_shares(pod: Obj, settings: Settings,
+                   dra: DraState | None = None) -> tuple[str, tuple[GpuShare, ...]] | None:
     """The node and GPU shares Berth planned for the pod, when they can be believed: the pod is
     in a managed namespace, carries Berth's plan id and assignment, its resources bear out its
     demand, and the shares are that demand (``count`` GPUs of ``milli`` each)."""
     if tenant_of(pod, settings) is None or tr.plan_id(pod) is None:
         return None
     assigned = tr.assigned_shares(pod)
-    if assigned is None or demand_problem(pod, settings) is not None:
+    if assigned is None or demand_problem(pod, settings, dra) is not None:
         return None
     try:
         count, milli, _ = tr.pod_gpu_demand(pod)

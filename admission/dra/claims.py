@@ -15,8 +15,10 @@ planning it would place the pod on a node where the scheduler's allocator may fi
   ``allocationMode: All`` refused (ask for a count);
 - ``exactly.selectors``: CEL expressions naming the GPU model
   (``device.attributes["gpu.nvidia.com"].productName == "..."``, or ``in [...]``, joined by
-  ``||``), and the driver test ``device.driver == "gpu.nvidia.com"``; any other expression is
-  refused, naming the forms Berth reads;
+  ``||``; the name as GPU Feature Discovery writes it, spaces as dashes, is what the policy's
+  models are compared with), a MIG device's ``profile`` the same way, and the driver test
+  ``device.driver == "gpu.nvidia.com"``; any other expression is refused, naming the forms
+  Berth reads;
 - ``exactly.adminAccess: true`` refused (it reaches devices other pods use);
 - ``exactly.capacity`` (a consumable share of a device) refused: this Kubernetes version
   has no consumable GPU capacity Berth can plan; ask for a share with Berth's
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from admission import constants as c
+from admission.dra.slices import model_name
 
 Obj = Mapping[str, Any]
 
@@ -345,6 +348,8 @@ def gpu_ask(spec: Obj, where: str, classes: Classes = DEFAULT_CLASSES) -> GpuAsk
             if not isinstance(expr, str):
                 raise ClaimProblem(spath, "must be a CEL expression (a string)", "selector")
             for key, values in _selector(expr, classes.driver, spath).items():
+                if key == "productName":
+                    values = frozenset(model_name(v) for v in values)
                 allowed[key] = values if key not in allowed else allowed[key] & values
         if any(not v for v in allowed.values()):
             raise ClaimProblem(f"{path}.exactly.selectors",

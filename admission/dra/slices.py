@@ -73,6 +73,13 @@ def _attr(device: Obj, name: str, driver: str) -> object:
     return None
 
 
+def model_name(product: str) -> str:
+    """A productName as GPU Feature Discovery writes it in ``nvidia.com/gpu.product`` (spaces
+    become dashes: ``NVIDIA A100-SXM4-80GB`` is ``NVIDIA-A100-SXM4-80GB``), so one policy's
+    model names hold for device-plugin and DRA GPUs alike."""
+    return "-".join(product.split())
+
+
 def quantity_mib(raw: object) -> int:
     """MiB in a capacity quantity (``80Gi``, ``85899345920``); 0 when unreadable."""
     if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
@@ -102,7 +109,7 @@ def mig_milli(profile: str) -> int:
 
 def newest_pools(slices: Iterable[Obj], driver: str = c.DRA_DRIVER) -> list[Obj]:
     """The driver's slices of the newest generation of each pool."""
-    mine = [s for s in slices if isinstance(s, dict)
+    mine: list[Obj] = [s for s in slices if isinstance(s, dict)
             and isinstance(s.get("spec"), dict) and s["spec"].get("driver") == driver]
     newest: dict[str, int] = {}
     for s in mine:
@@ -111,7 +118,7 @@ def newest_pools(slices: Iterable[Obj], driver: str = c.DRA_DRIVER) -> list[Obj]
         name = str(pool.get("name") or "") if isinstance(pool, dict) else ""
         gen = gen if isinstance(gen, int) and not isinstance(gen, bool) else 0
         newest[name] = max(newest.get(name, gen), gen)
-    out = []
+    out: list[Obj] = []
     for s in mine:
         pool = s["spec"].get("pool") or {}
         name = str(pool.get("name") or "") if isinstance(pool, dict) else ""
@@ -155,7 +162,7 @@ def node_devices(slices: Iterable[Obj], driver: str = c.DRA_DRIVER) -> dict[str,
                 continue
             uuid = _attr(dev, "uuid", driver)
             clique = _attr(dev, "clique", driver)
-            d = Device(name=dev["name"], pool=pool_name, kind=str(kind), model=model,
+            d = Device(name=dev["name"], pool=pool_name, kind=str(kind), model=model_name(model),
                        memory_mib=_memory(dev), uuid=uuid if isinstance(uuid, str) else "",
                        clique=clique if isinstance(clique, str) and clique else None)
             if kind == "gpu":

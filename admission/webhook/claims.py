@@ -46,9 +46,9 @@ def api_client(kubeconfig: str | None = None) -> Any:
 
     cfg = client.Configuration()
     if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
     else:
-        config.load_incluster_config(client_configuration=cfg)
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     return client.ApiClient(cfg)
 
 

@@ -78,6 +78,7 @@ class FakeApi:
         self.events: list[Json] = []
         self.leases: dict[str, Json] = {}
         self.custom: dict[tuple[str, str, str], Json] = {}
+        self.dra: dict[str, dict[str, Json]] = {}  # DRA kind -> namespace/name -> object
         self.patches: list[tuple[str, Sequence[PatchOp]]] = []
         self._rv = itertools.count(1000)
         self.fail_after: int | None = None  # the n-th next pod patch crashes
@@ -121,6 +122,21 @@ class FakeApi:
     def watch_nodes(self, resource_version: str,
                     timeout_seconds: int) -> Iterator[tuple[str, Json]]:
         return iter(())
+
+    def list_dra(self, kind: str) -> tuple[list[Json], str]:
+        return [copy.deepcopy(o) for o in self.dra.get(kind, {}).values()], str(next(self._rv))
+
+    def watch_dra(self, kind: str, resource_version: str,
+                  timeout_seconds: int) -> Iterator[tuple[str, Json]]:
+        return iter(())
+
+    def add_dra(self, kind: str, obj: Json) -> Json:
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(next(self._rv))
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        key = f"{meta.get('namespace', '')}/{meta['name']}"
+        self.dra.setdefault(kind, {})[key] = obj
+        return obj
 
     def get_pod(self, namespace: str, name: str) -> Json | None:
         pod = self.pods.get(f"{namespace}/{name}")

@@ -1,0 +1,146 @@
+"""The controller's view of Dynamic Resource Allocation: GPUs nodes publish in ResourceSlices,
+the claims that hold them, and the GPU demand of pods that ask through claims.
+
+- **Nodes**: each node's DRA GPUs (:func:`admission.dra.slices.node_devices`) follow its
+  device-plugin GPUs, indexes continuing after them; a node that publishes only slices gets
+  its GPUs from them alone. A MIG device is a share of its parent GPU.
+- **What claims hold**: every allocated claim's GPU devices are capacity held on their node,
+  charged to the tenant of the claim's namespace; a claim used by several pods (a gang's shared
+  claim) is counted once. A pod whose claims are allocated holds its claims' devices; one
+  released by Berth whose claims are not allocated yet holds Berth's plan.
+- **Demand** of a pod whose GPUs come from claims (``berth.dev/sharing: dra``, written by the
+  webhook): read again from the claims themselves, never from the pod's annotations alone. A
+  claim made from a template is read once the claim exists (the resource claim controller
+  creates it for the pod): the template may have been replaced since the webhook read it, the
+  claim is what the scheduler allocates. Until it exists the gang waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from admission import constants as c
+from admission.controller import translate as tr
+from admission.controller.translate import Obj
+from admission.dra import TEMPLATE, ClaimProblem, ClaimRef, pod_ask, pod_claims
+from admission.dra.claims import CLAIM
+from admission.dra.slices import NodeDevices, claim_devices, mig_milli, node_devices
+from solver.types import GPU, MILLI, GpuShare, Node
+
+WAITING = "waiting: "  # prefix of a demand that cannot be read yet (the gang waits)
+SHARING_DRA = "dra"  # the webhook's berth.dev/sharing value for a pod whose GPUs come from claims
+
+
+def is_dra_pod(pod: Obj) -> bool:
+    return tr.annotations_of(pod).get(c.ANNOTATION_SHARING) == SHARING_DRA
+
+
+@dataclass(slots=True)
+class DraState:
+    """DRA objects of one cycle's view, with the look-ups the snapshot needs."""
+
+    devices: dict[str, NodeDevices] = field(default_factory=dict)
+    claims: Mapping[str, Obj] = field(default_factory=dict)  # namespace/name
+    templates: Mapping[str, Obj] = field(default_factory=dict)  # namespace/name
+    # (pool, device) -> (node, GPU index, milli) once the nodes are built
+    where: dict[tuple[str, str], tuple[str, int, int]] = field(default_factory=dict)
+
+    @staticmethod
+    def from_view(view: Any) -> DraState:
+        return DraState(devices=node_devices(view.dra_of("resourceslices").values()),
+                        claims=view.dra_of("resourceclaims"),
+                        templates=view.dra_of("resourceclaimtemplates"))
+
+    # ------------------------------------------------------------------ nodes
+    def extend(self, node: Node) -> Node:
+        """``node`` with its DRA GPUs after its device-plugin GPUs."""
+        found = self.devices.get(node.name)
+        if found is None or not found.gpus:
+            return node
+        gpus = list(node.gpus)
+        start = max((g.index for g in gpus), default=-1) + 1
+        for i, dev in enumerate(found.gpus):
+            index = start + i
+            clique = dev.clique or node.labels.get(c.LABEL_GPU_CLIQUE) or None
+            gpus.append(GPU(index=index, model=dev.model, memory_mib=dev.memory_mib,
+                            nvlink_domain=clique))
+            self.where[(dev.pool, dev.name)] = (node.name, index, MILLI)
+            for mig in found.mig.get(dev.uuid, ()):
+                self.where[(mig.pool, mig.name)] = (node.name, index, mig_milli(mig.profile)
+                                                    or MILLI)
+        return replace(node, gpus=tuple(gpus))
+
+    # ------------------------------------------------------------------ claims
+    def claim_shares(self, key: str) -> tuple[str, tuple[GpuShare, ...]] | None:
+        """The node and GPU shares an allocated claim holds (None: not allocated, no GPU, or
+        devices of no node Berth knows)."""
+        claim = self.claims.get(key)
+        if claim is None:
+            return None
+        node, shares = None, []
+        for dev in claim_devices(claim):
+            found = self.where.get((dev.pool, dev.device))
+            if found is None:
+                continue
+            node = node or found[0]
+            if found[0] == node:
+                shares.append(GpuShare(found[1], found[2]))
+        return (node, tuple(shares)) if node and shares else None
+
+    def pod_claim_keys(self, pod: Obj) -> tuple[list[str], list[ClaimRef]]:
+        """namespace/name of each claim the pod uses, and the template refs whose claim does not
+        exist yet."""
+        ns = tr.namespace(pod)
+        generated = {str(s.get("name")): s.get("resourceClaimName")
+                     for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+                     if isinstance(s, dict)}
+        keys, waiting = [], []
+        try:
+            refs = pod_claims(pod)
+        except ClaimProblem:
+            return [], []
+        for ref in refs:
+            if ref.kind == CLAIM:
+                keys.append(f"{ns}/{ref.object}")
+            elif isinstance(generated.get(ref.name), str):
+                keys.append(f"{ns}/{generated[ref.name]}")
+            else:
+                waiting.append(ref)
+        return keys, waiting
+
+    def demand(self, pod: Obj) -> tuple[int, int] | str:
+        """(GPUs, milli each) the pod's claims ask for, or why that cannot be read (a claim
+        made from a template that does not exist yet: ``waiting:`` and its name)."""
+        ns = tr.namespace(pod)
+        generated = {str(s.get("name")): s.get("resourceClaimName")
+                     for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+                     if isinstance(s, dict)}
+        lookup: dict[tuple[str, str], Obj | None] = {}
+        try:
+            refs = pod_claims(pod)
+        except ClaimProblem as exc:
+            return str(exc)
+        for ref in refs:
+            if ref.kind == CLAIM:
+                lookup[(CLAIM, ref.object)] = self.claims.get(f"{ns}/{ref.object}")
+                continue
+            made = generated.get(ref.name)
+            claim = self.claims.get(f"{ns}/{made}") if isinstance(made, str) else None
+            if claim is None:
+                return (f"{WAITING}the ResourceClaim of {ref.path} (from template "
+                        f"{ref.object}) is not created yet")
+            lookup[(TEMPLATE, ref.object)] = {"spec": {"spec": claim.get("spec") or {}}}
+        try:
+            ask = pod_ask(pod, lookup)
+        except ClaimProblem as exc:
+            return str(exc)
+        if ask is None:
+            return "its ResourceClaims ask for no GPU"
+        if ask.mig:
+            if ask.count or len(ask.mig) != 1 or not mig_milli(ask.mig[0]):
+                return "its ResourceClaims ask for MIG devices Berth cannot plan"
+            return 1, mig_milli(ask.mig[0])
+        return ask.count, MILLI
+

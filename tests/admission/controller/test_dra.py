@@ -1,0 +1,202 @@
+"""The controller with GPUs through DRA: nodes that publish ResourceSlices, pods whose GPUs come
+from ResourceClaims, what allocated claims hold, and the demand read again from the claims."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from admission import constants as c
+from admission.controller.snapshot import GangState, build
+from admission.dra.slices import mig_milli, node_devices
+from tests.admission.controller.fakeapi import FakeApi
+from tests.admission.controller.harness import controller, gates, pinned_node, settings
+from tests.admission.controller.objects import FakeClock, node, pod
+
+A100 = "NVIDIA A100-SXM4-80GB"  # as the DRA driver publishes it
+A100_LABEL = "NVIDIA-A100-SXM4-80GB"  # as GPU Feature Discovery and the policy write it
+
+
+def slice_of(node_name: str, gpus: int, *, model: str = A100, generation: int = 1,
+             mig: list[tuple[int, str]] | None = None) -> dict[str, Any]:
+    devices: list[dict[str, Any]] = []
+    for i in range(gpus):
+        devices.append({"name": f"gpu-{i}", "attributes": {
+            "type": {"string": "gpu"}, "productName": {"string": model},
+            "uuid": {"string": f"GPU-{node_name}-{i}"}},
+            "capacity": {"memory": {"value": "80Gi"}}})
+    for parent, profile in mig or []:
+        devices.append({"name": f"gpu-{parent}-mig-{profile}", "attributes": {
+            "type": {"string": "mig"}, "productName": {"string": model},
+            "profile": {"string": profile}, "parentUUID": {"string": f"GPU-{node_name}-{parent}"},
+            "uuid": {"string": f"MIG-{node_name}-{parent}-{profile}"}}})
+    return {"metadata": {"name": f"{node_name}-gpu.nvidia.com-{generation}"},
+            "spec": {"driver": c.DRA_DRIVER, "nodeName": node_name,
+                     "pool": {"name": node_name, "generation": generation,
+                              "resourceSliceCount": 1},
+                     "devices": devices}}
+
+
+def slice_only_node(name: str) -> dict[str, Any]:
+    """A node whose GPUs are managed by DRA alone: no nvidia.com/gpu in allocatable."""
+    n = node(name, gpus=0)
+    for section in ("capacity", "allocatable"):
+        n["status"][section].pop("nvidia.com/gpu", None)
+    n["metadata"]["labels"].pop("nvidia.com/gpu.product", None)
+    return n
+
+
+def claim_spec(count: int = 1, cls: str = c.DRA_GPU_CLASS) -> dict[str, Any]:
+    return {"devices": {"requests": [{"name": "gpu", "exactly": {
+        "deviceClassName": cls, "count": count}}]}}
+
+
+def claim(name: str, count: int = 1, *, ns: str = "team-a", node_name: str | None = None,
+          devices: list[str] | None = None, pods: list[str] | None = None) -> dict[str, Any]:
+    obj: dict[str, Any] = {"metadata": {"name": name, "namespace": ns},
+                           "spec": claim_spec(count)}
+    if node_name is not None:
+        obj["status"] = {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": c.DRA_DRIVER, "pool": node_name, "device": d}
+            for d in devices or []]}},
+            "reservedFor": [{"resource": "pods", "name": p, "uid": f"uid-{ns}-{p}"}
+                            for p in pods or []]}
+    return obj
+
+
+def dra_pod(name: str, gpus: int, *, template: str | None = None, claim_name: str | None = None,
+            generated: str | None = None, milli: int = 1000, **kw: Any) -> dict[str, Any]:
+    """A pod as the webhook admits it when its GPUs come from a claim."""
+    p = pod(name, gpus=gpus, **kw)
+    ann = p["metadata"]["annotations"]
+    ann[c.ANNOTATION_SHARING] = "dra"
+    ann[c.ANNOTATION_GPU_MILLI] = str(milli)
+    res = p["spec"]["containers"][0]["resources"]
+    for section in ("limits", "requests"):
+        res[section].pop("nvidia.com/gpu", None)
+    res["claims"] = [{"name": "gpu"}]
+    ref: dict[str, str] = {"name": "gpu"}
+    if template is not None:
+        ref["resourceClaimTemplateName"] = template
+    else:
+        ref["resourceClaimName"] = claim_name or f"{name}-gpu"
+    p["spec"]["resourceClaims"] = [ref]
+    if generated is not None:
+        p.setdefault("status", {})["resourceClaimStatuses"] = [
+            {"name": "gpu", "resourceClaimName": generated}]
+    return p
+
+
+def test_slices_give_gpus_models_and_mig_shares() -> None:
+    devices = node_devices([slice_of("n0", 2, mig=[(1, "3g.40gb")]),
+                            slice_of("n0", 4, generation=0)])  # an older generation: ignored
+    n0 = devices["n0"]
+    assert [g.name for g in n0.gpus] == ["gpu-0", "gpu-1"]
+    assert {g.model for g in n0.gpus} == {A100_LABEL}
+    assert n0.gpus[0].memory_mib == 80 * 1024
+    assert [m.profile for m in n0.mig["GPU-n0-1"]] == ["3g.40gb"]
+    assert mig_milli("3g.40gb") == 429 and mig_milli("7g.80gb") == 1000 and mig_milli("x") == 0
+
+
+def test_a_node_that_publishes_only_slices_receives_work() -> None:
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", slice_of("dra-0", 4))
+    api.add_dra("resourceclaims", claim("t0-gpu", 2))
+    api.add_pod(dra_pod("t0", 2))
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    clock.advance(10)
+    report = ctl.run_cycle()
+    assert report.admitted == 1, report
+    assert gates(api, "team-a/t0") == [] and pinned_node(api, "team-a/t0") == "dra-0"
+
+
+def test_demand_is_read_again_from_the_claim() -> None:
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", slice_of("dra-0", 8))
+    api.add_dra("resourceclaims", claim("t0-gpu", 4))  # the claim asks for 4
+    api.add_pod(dra_pod("t0", 1))  # the pod says 1
+    ctl = controller(api, FakeClock())
+    built = build(ctl.inventory.view(), ctl.settings, FakeClock()())
+    (info,) = built.gangs.values()
+    assert info.state == GangState.BROKEN
+    assert "is not what its ResourceClaims ask for (4 GPUs" in (info.error or "")
+
+
+def test_a_template_pod_waits_for_its_claim_then_is_checked_against_it() -> None:
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", slice_of("dra-0", 8))
+    api.add_pod(dra_pod("t0", 2, template="two-gpus"))
+    ctl = controller(api, FakeClock())
+    built = build(ctl.inventory.view(), ctl.settings, FakeClock()())
+    (info,) = built.gangs.values()
+    assert info.state == GangState.INCOMPLETE and "not created yet" in (info.error or "")
+    # the resource claim controller made the claim: it is the claim that counts
+    api.add_dra("resourceclaims", claim("t0-gpu-abcde", 2))
+    api.pods["team-a/t0"]["status"] = {"resourceClaimStatuses": [
+        {"name": "gpu", "resourceClaimName": "t0-gpu-abcde"}]}
+    ctl.relist()
+    built = build(ctl.inventory.view(), ctl.settings, FakeClock()())
+    (info,) = built.gangs.values()
+    assert info.state == GangState.PENDING, info.error
+
+
+def test_allocated_claims_hold_their_devices_and_a_shared_claim_counts_once() -> None:
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", slice_of("dra-0", 8))
+    # two running pods of one gang share a claim of 2 GPUs; another claim is allocated to a
+    # pod the controller does not see (another scheduler's): both hold their devices
+    api.add_dra("resourceclaims", claim("shared", 2, node_name="dra-0",
+                                        devices=["gpu-0", "gpu-1"], pods=["r0", "r1"]))
+    api.add_dra("resourceclaims", claim("elsewhere", 3, ns="team-b", node_name="dra-0",
+                                        devices=["gpu-2", "gpu-3", "gpu-4"]))
+    for name in ("r0", "r1"):
+        api.add_pod(dra_pod(name, 2, claim_name="shared", gated=False, node_name="dra-0"))
+    api.add_pod(dra_pod("t0", 3))
+    api.add_dra("resourceclaims", claim("t0-gpu", 3))
+    ctl = controller(api, FakeClock())
+    built = build(ctl.inventory.view(), ctl.settings, FakeClock()())
+    held = {r.name: sorted(s.index for s in r.gpus) for r in built.snapshot.running}
+    assert sorted(held["team-a/r0"] + held["team-a/r1"]) == [0, 1]
+    assert held["resourceclaim/team-b/elsewhere"] == [2, 3, 4]
+    tenants = {r.name: r.tenant for r in built.snapshot.running}
+    assert tenants["resourceclaim/team-b/elsewhere"] == "team-b"
+    # 3 GPUs left: the pending 3-GPU pod fits, a fourth would not
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    clock.advance(10)
+    assert ctl.run_cycle().admitted == 1
+
+
+def test_quota_counts_claims_and_device_plugin_gpus_together() -> None:
+    from solver.types import Tenant
+
+    api = FakeApi()
+    api.add_node(node("plugin-0", gpus=8))
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", slice_of("dra-0", 8))
+    # team-a runs 4 device-plugin GPUs and holds a 3-GPU claim: with a quota of 8 and no
+    # borrowing, a 2-GPU claim pod must wait, a 1-GPU one fits
+    api.add_pod(pod("plugin-run", gpus=4, gated=False, node_name="plugin-0"))
+    api.add_dra("resourceclaims", claim("held", 3, node_name="dra-0",
+                                        devices=["gpu-0", "gpu-1", "gpu-2"]))
+    api.add_pod(dra_pod("big", 2))
+    api.add_dra("resourceclaims", claim("big-gpu", 2))
+    s = settings(tenants=(Tenant("team-a", quota_milli=8000, can_borrow=False),
+                          Tenant("team-b")))
+    clock = FakeClock()
+    ctl = controller(api, clock, s=s)
+    clock.advance(10)
+    assert ctl.run_cycle().admitted == 0
+    assert c.SCHEDULING_GATE in gates(api, "team-a/big")
+    small = copy.deepcopy(claim("small-gpu", 1))
+    api.add_dra("resourceclaims", small)
+    api.add_pod(dra_pod("small", 1))
+    ctl.relist()
+    clock.advance(10)
+    report = ctl.run_cycle()
+    assert [r.gang for r in report.released] == ["team-a/small"], report
