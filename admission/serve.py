@@ -15,8 +15,9 @@ the policy the webhook reloads is handed to the controller before its next cycle
 
 With ``webhook=False`` (``berth serve --no-webhook``, config/overlays/split) the process runs
 the controller only: it reloads the policy file itself and serves nothing but the metrics port
-(``/metrics``, ``/healthz``). The webhook then runs as ``berth webhook`` under a service
-account with no API rights, so the internet-facing process holds no token that may patch pods.
+(``/metrics``, ``/healthz``). The webhook then runs as ``berth webhook --read-claims`` under
+a service account that may only read ResourceClaims and templates by name (DRA pods' demand),
+so the internet-facing process holds no token that may patch pods.
 """
 
 from __future__ import annotations

@@ -19,6 +19,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                         help="serve /metrics as plain HTTP on this port instead of on the "
                         "webhook's TLS port (default: on the webhook port)")
+    parser.add_argument("--read-claims", action="store_true",
+                        help="read the ResourceClaims and ResourceClaimTemplates a GPU pod names "
+                        "(DRA) with in-cluster credentials, or --kubeconfig's; without it such "
+                        "pods are refused with the reason")
+    parser.add_argument("--kubeconfig", default=None, metavar="FILE",
+                        help="credentials for --read-claims (default: in-cluster)")
     parser.add_argument("--log-level", default="INFO",
                         choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.add_argument("--event-loop", default="auto", choices=("auto", "uvloop", "asyncio"),
@@ -50,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     config = WebhookConfig(policy=args.policy, cert_dir=args.cert_dir, host=args.host,
-                           port=args.port, metrics_port=args.metrics_port)
+                           port=args.port, metrics_port=args.metrics_port,
+                           read_claims=args.read_claims, kubeconfig=args.kubeconfig)
     try:
         event_loop.run(run_webhook(config), args.event_loop)
     except event_loop.LoopUnavailable as exc:

@@ -179,11 +179,14 @@ def test_split_overlay_separates_the_webhook_from_the_controller() -> None:
     assert webhook.command == "webhook"
     assert controller.metrics_port == webhook.metrics_port == 9090
 
-    # The internet-facing webhook holds no credential: no token, no role.
-    assert pods["berth-webhook"]["automountServiceAccountToken"] is False
-    webhook_sa = one(docs, "ServiceAccount", "berth-webhook")
-    assert webhook_sa["automountServiceAccountToken"] is False
-    assert subjects_of(docs, "berth-webhook") == []
+    # The internet-facing webhook holds one credential: get of ResourceClaims and templates
+    # (the DRA demand of a GPU pod), nothing else: no pod, no Secret, no list, no write.
+    assert webhook.read_claims
+    webhook_roles = subjects_of(docs, "berth-webhook")
+    rules = [(tuple(r.get("apiGroups", [])), tuple(sorted(r["resources"])), tuple(r["verbs"]))
+             for role in webhook_roles for r in role.get("rules") or []]
+    assert rules == [(("resource.k8s.io",), ("resourceclaims", "resourceclaimtemplates"),
+                      ("get",))]
     # The controller keeps what the release needs.
     controller_roles = subjects_of(docs, "berth")
     assert {"patch", "watch"} <= verbs_on(controller_roles, "pods")
