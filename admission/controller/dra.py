@@ -27,8 +27,13 @@ from admission.controller.translate import Obj
 from admission.dra import TEMPLATE, ClaimProblem, ClaimRef, pod_ask, pod_claims
 from admission.dra.claims import CLAIM
 from admission.dra.slices import NodeDevices, claim_devices, mig_milli, node_devices
-from solver.types import GPU, MILLI, GpuShare, Node
+from solver.types import GPU, MILLI, GpuShare, Node, PodRequest
 
+#: The solver's model name of a DRA GPU: ``<model>@dra``. A pod that asks through claims can
+#: only get DRA GPUs and a pod that asks for ``nvidia.com/gpu`` only device-plugin GPUs, even
+#: on one node; models keep them apart in every solver, which already honours models.
+DRA_MODEL_SUFFIX = "@dra"
+NO_PLUGIN_GPU = "(a device-plugin GPU)"  # a pod asking for nvidia.com/gpu where there is none
 WAITING = "waiting: "  # prefix of a demand that cannot be read yet (the gang waits)
 SHARING_DRA = "dra"  # the webhook's berth.dev/sharing value for a pod whose GPUs come from claims
 
@@ -46,6 +51,7 @@ class DraState:
     templates: Mapping[str, Obj] = field(default_factory=dict)  # namespace/name
     # (pool, device) -> (node, GPU index, milli) once the nodes are built
     where: dict[tuple[str, str], tuple[str, int, int]] = field(default_factory=dict)
+    _model_sets: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @staticmethod
     def from_view(view: Any) -> DraState:
@@ -64,13 +70,40 @@ class DraState:
         for i, dev in enumerate(found.gpus):
             index = start + i
             clique = dev.clique or node.labels.get(c.LABEL_GPU_CLIQUE) or None
-            gpus.append(GPU(index=index, model=dev.model, memory_mib=dev.memory_mib,
+            gpus.append(GPU(index=index, model=dev.model + DRA_MODEL_SUFFIX,
+                            memory_mib=dev.memory_mib,
                             nvlink_domain=clique))
             self.where[(dev.pool, dev.name)] = (node.name, index, MILLI)
             for mig in found.mig.get(dev.uuid, ()):
                 self.where[(mig.pool, mig.name)] = (node.name, index, mig_milli(mig.profile)
                                                     or MILLI)
         return replace(node, gpus=tuple(gpus))
+
+    def solver_models(self, request: PodRequest, pod: Obj,
+                      nodes: Mapping[str, Node]) -> PodRequest:
+        """``request`` with the models that keep a DRA pod on DRA GPUs and a device-plugin pod
+        on device-plugin GPUs (unchanged where no node has a DRA GPU)."""
+        if not self.where or request.gpu_count == 0:
+            return request
+        if is_dra_pod(pod):
+            if request.models:
+                models = frozenset(m + DRA_MODEL_SUFFIX for m in request.models)
+            else:
+                models = self._models(nodes, dra=True)
+        elif request.models:
+            return request
+        else:
+            models = self._models(nodes, dra=False) or frozenset({NO_PLUGIN_GPU})
+        return replace(request, models=models)
+
+    def _models(self, nodes: Mapping[str, Node], *, dra: bool) -> frozenset[str]:
+        key = "dra" if dra else "plugin"
+        found = self._model_sets.get(key)
+        if found is None:
+            found = self._model_sets[key] = frozenset(
+                g.model for n in nodes.values() for g in n.gpus
+                if g.model.endswith(DRA_MODEL_SUFFIX) == dra)
+        return found
 
     # ------------------------------------------------------------------ claims
     def claim_shares(self, key: str) -> tuple[str, tuple[GpuShare, ...]] | None:

@@ -248,10 +248,13 @@ def classify(info: GangInfo, settings: Settings, dra: DraState | None = None) ->
     info.state = GangState.INCOMPLETE if info.missing else GangState.PENDING
 
 
-def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo) -> Gang:
+def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo,
+            dra: DraState | None = None, nodes: Mapping[str, Node] | None = None) -> Gang:
     pods = sorted(info.gated, key=tr.pod_key)
     requests: list[PodRequest] = [
         memo.pod_request(p, trust.qos_of(p, settings, info.tenant)) for p in pods]
+    if dra is not None and dra.where and nodes is not None:
+        requests = [dra.solver_models(r, p, nodes) for r, p in zip(requests, pods, strict=True)]
     topo = None
     for p in pods:
         topo = topo or tr.topology_requirement(p)
@@ -369,7 +372,7 @@ def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
         if info.state != GangState.PENDING:
             continue
         try:
-            info.gang = to_gang(info, now, settings, memo)
+            info.gang = to_gang(info, now, settings, memo, dra, nodes)
             solvable.append(info.gang)
         except (TranslationError, ProblemError) as exc:
             info.state, info.error = GangState.BROKEN, str(exc)

@@ -3,10 +3,11 @@ response (allowed, refused with a message, or allowed with a JSON Patch).
 
 No I/O and no API calls happen here; the webhook server only parses and serialises around
 :func:`review`, and reads the ResourceClaims and templates a pod names before it
-(:mod:`admission.webhook.claims`). In scope are pod CREATEs in managed namespaces that ask for GPUs. A pod in
-scope gets its tenant (always its namespace's), its gang, its demand validated against the
-policy and translated into the sharing backend's resources, Berth's labels and annotations,
-the downward-API env that will carry its GPU assignment, and Berth's scheduling gate.
+(:mod:`admission.webhook.claims`). In scope are pod CREATEs in managed namespaces that ask
+for GPUs. A pod in scope gets its tenant (always its namespace's), its gang, its demand
+validated against the policy and translated into the sharing backend's resources, Berth's
+labels and annotations, the downward-API env that will carry its GPU assignment, and Berth's
+scheduling gate.
 
 Nothing a pod brings is trusted: Berth's own keys (every label and annotation under
 ``berth.dev/`` but the few a user may write, see :data:`admission.constants.USER_ANNOTATIONS`)

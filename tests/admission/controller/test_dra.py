@@ -200,3 +200,37 @@ def test_quota_counts_claims_and_device_plugin_gpus_together() -> None:
     clock.advance(10)
     report = ctl.run_cycle()
     assert [r.gang for r in report.released] == ["team-a/small"], report
+
+
+def test_dra_pods_get_dra_gpus_and_device_plugin_pods_get_theirs_on_one_node() -> None:
+    # one node with 2 device-plugin GPUs and 2 DRA GPUs: two 2-GPU pods of each kind fit
+    # exactly, each on its own kind (a plugin pod on a DRA GPU would never be bound)
+    api = FakeApi()
+    api.add_node(node("mixed", gpus=2))
+    api.add_dra("resourceslices", slice_of("mixed", 2))
+    api.add_pod(pod("plugin", gpus=2))
+    api.add_pod(dra_pod("claims", 2))
+    api.add_dra("resourceclaims", claim("claims-gpu", 2))
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    built = build(ctl.inventory.view(), ctl.settings, clock())
+    models = {p.name: p.models for g in built.snapshot.gangs for p in g.pods}
+    assert models["team-a/claims"] == {A100_LABEL + "@dra"}
+    assert models["team-a/plugin"] == {"NVIDIA-H100-80GB-HBM3"}
+    clock.advance(10)
+    assert ctl.run_cycle().admitted == 2
+    plugin = api.pods["team-a/plugin"]["metadata"]["annotations"][c.ANNOTATION_ASSIGNED_GPUS]
+    claims = api.pods["team-a/claims"]["metadata"]["annotations"][c.ANNOTATION_ASSIGNED_GPUS]
+    assert sorted(plugin.split(",")) == ["0", "1"] and sorted(claims.split(",")) == ["2", "3"]
+
+
+def test_a_device_plugin_pod_never_lands_on_a_slice_only_node() -> None:
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", slice_of("dra-0", 8))
+    api.add_pod(pod("plugin", gpus=1))
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    clock.advance(10)
+    assert ctl.run_cycle().admitted == 0
+    assert c.SCHEDULING_GATE in gates(api, "team-a/plugin")
