@@ -26,16 +26,26 @@ from admission.controller import translate as tr
 from admission.controller.translate import Obj
 from admission.dra import TEMPLATE, ClaimProblem, ClaimRef, pod_ask, pod_claims
 from admission.dra.claims import CLAIM
-from admission.dra.slices import NodeDevices, claim_devices, mig_milli, node_devices
+from admission.dra.slices import MIG_PARENT, NodeDevices, claim_devices, mig_milli, node_devices
 from solver.types import GPU, MILLI, GpuShare, Node, PodRequest
 
 #: The solver's model name of a DRA GPU: ``<model>@dra``. A pod that asks through claims can
 #: only get DRA GPUs and a pod that asks for ``nvidia.com/gpu`` only device-plugin GPUs, even
 #: on one node; models keep them apart in every solver, which already honours models.
 DRA_MODEL_SUFFIX = "@dra"
-NO_PLUGIN_GPU = "(a device-plugin GPU)"  # a pod asking for nvidia.com/gpu where there is none
+MIG_MODEL_SUFFIX = "@dra-mig"  # a GPU in MIG mode: only MIG devices, never a whole GPU
+#: The model a pod is given when no GPU of its kind exists (it waits, and its reason says it).
+NO_GPU = {"": "(a device-plugin GPU)", DRA_MODEL_SUFFIX: "(a whole GPU published through DRA)",
+          MIG_MODEL_SUFFIX: "(a MIG device published through DRA)"}
 WAITING = "waiting: "  # prefix of a demand that cannot be read yet (the gang waits)
 SHARING_DRA = "dra"  # the webhook's berth.dev/sharing value for a pod whose GPUs come from claims
+
+
+def _kind(model: str) -> str:
+    for suffix in (MIG_MODEL_SUFFIX, DRA_MODEL_SUFFIX):
+        if model.endswith(suffix):
+            return suffix
+    return ""
 
 
 def is_dra_pod(pod: Obj) -> bool:
@@ -70,7 +80,9 @@ class DraState:
         for i, dev in enumerate(found.gpus):
             index = start + i
             clique = dev.clique or node.labels.get(c.LABEL_GPU_CLIQUE) or None
-            gpus.append(GPU(index=index, model=dev.model + DRA_MODEL_SUFFIX,
+            in_mig_mode = dev.name.startswith(MIG_PARENT)
+            gpus.append(GPU(index=index, model=dev.model + (MIG_MODEL_SUFFIX if in_mig_mode
+                                                            else DRA_MODEL_SUFFIX),
                             memory_mib=dev.memory_mib,
                             nvlink_domain=clique))
             self.where[(dev.pool, dev.name)] = (node.name, index, MILLI)
@@ -86,23 +98,24 @@ class DraState:
         if not self.where or request.gpu_count == 0:
             return request
         if is_dra_pod(pod):
+            suffix = MIG_MODEL_SUFFIX if request.gpu_milli < MILLI else DRA_MODEL_SUFFIX
             if request.models:
-                models = frozenset(m + DRA_MODEL_SUFFIX for m in request.models)
-            else:
-                models = self._models(nodes, dra=True)
+                models = frozenset(m + suffix for m in request.models)
+            else:  # no such GPU anywhere: a model no GPU has (the pod waits, saying so)
+                models = self._models(nodes, suffix) or frozenset({NO_GPU[suffix]})
         elif request.models:
             return request
         else:
-            models = self._models(nodes, dra=False) or frozenset({NO_PLUGIN_GPU})
+            models = self._models(nodes, "") or frozenset({NO_GPU[""]})
         return replace(request, models=models)
 
-    def _models(self, nodes: Mapping[str, Node], *, dra: bool) -> frozenset[str]:
-        key = "dra" if dra else "plugin"
-        found = self._model_sets.get(key)
+    def _models(self, nodes: Mapping[str, Node], suffix: str) -> frozenset[str]:
+        """The models of the GPUs of one kind: ``suffix`` "" (device plugin), "@dra" or
+        "@dra-mig"."""
+        found = self._model_sets.get(suffix)
         if found is None:
-            found = self._model_sets[key] = frozenset(
-                g.model for n in nodes.values() for g in n.gpus
-                if g.model.endswith(DRA_MODEL_SUFFIX) == dra)
+            found = self._model_sets[suffix] = frozenset(
+                g.model for n in nodes.values() for g in n.gpus if _kind(g.model) == suffix)
         return found
 
     # ------------------------------------------------------------------ claims

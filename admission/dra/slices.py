@@ -32,6 +32,7 @@ _QUANTITY = re.compile(r"([0-9]{1,15})(Ki|Mi|Gi|Ti|k|M|G|T)?")
 _SCALE = {None: 1, "Ki": 1024, "Mi": 1024 ** 2, "Gi": 1024 ** 3, "Ti": 1024 ** 4,
           "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
 _MIG_PROFILE = re.compile(r"([1-7])g\.([0-9]{1,4})gb(?:\+.*)?")
+MIG_PARENT = "mig-parent:"  # the name prefix of a GPU known only by its MIG devices
 MIG_COMPUTE_SLICES = 7  # compute slices of a MIG-capable GPU (A100, H100, H200, B200)
 
 
@@ -182,7 +183,7 @@ def node_devices(slices: Iterable[Obj], driver: str = c.DRA_DRIVER) -> dict[str,
             migs.sort(key=lambda d: _natural(d.name))
             if parent not in known:  # a GPU in MIG mode: its MIG devices only
                 first = migs[0]
-                entry.gpus.append(Device(name=f"mig-parent:{parent}", pool=first.pool, kind="gpu",
+                entry.gpus.append(Device(name=f"{MIG_PARENT}{parent}", pool=first.pool, kind="gpu",
                                          model=first.model, uuid=parent, clique=first.clique))
     return dict(out)
 

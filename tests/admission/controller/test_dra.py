@@ -234,3 +234,27 @@ def test_a_device_plugin_pod_never_lands_on_a_slice_only_node() -> None:
     clock.advance(10)
     assert ctl.run_cycle().admitted == 0
     assert c.SCHEDULING_GATE in gates(api, "team-a/plugin")
+
+
+def test_a_gpu_in_mig_mode_takes_mig_pods_and_no_whole_gpu_pod() -> None:
+    # dra-0's only GPU is in MIG mode (two 3g.40gb devices): a whole-GPU claim pod must wait,
+    # two MIG pods fit on it
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", slice_of("dra-0", 0, mig=[(0, "3g.40gb"), (0, "3g.40gb")]))
+    api.add_pod(dra_pod("whole", 1))
+    api.add_dra("resourceclaims", claim("whole-gpu", 1))
+    for name in ("m0", "m1"):
+        api.add_pod(dra_pod(name, 1, milli=mig_milli("3g.40gb")))
+        mig_claim = claim(f"{name}-gpu", 1)
+        mig_claim["spec"]["devices"]["requests"][0]["exactly"].update(
+            deviceClassName=c.DRA_MIG_CLASS,
+            selectors=[{"cel": {"expression":
+                                'device.attributes["gpu.nvidia.com"].profile == "3g.40gb"'}}])
+        api.add_dra("resourceclaims", mig_claim)
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    clock.advance(10)
+    report = ctl.run_cycle()
+    assert sorted(r.gang for r in report.released) == ["team-a/m0", "team-a/m1"], report
+    assert c.SCHEDULING_GATE in gates(api, "team-a/whole")
