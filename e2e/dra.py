@@ -58,7 +58,9 @@ class DraNode:
         for j, profiles in enumerate(self.mig):
             parent = self.gpus + j
             for k, profile in enumerate(profiles):
-                devices.append({"name": f"gpu-{parent}-mig-{profile}-{k}", "attributes": {
+                # device names are DNS labels: no dots (the profile's are dashes here)
+                dashed = profile.replace(".", "-")
+                devices.append({"name": f"gpu-{parent}-mig-{dashed}-{k}", "attributes": {
                     "type": {"string": "mig"}, "productName": {"string": self.model},
                     "profile": {"string": profile},
                     "parentUUID": {"string": f"GPU-{self.name}-{parent}"},

@@ -22,12 +22,10 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from admission.dra import CLAIM, TEMPLATE, ClaimRef
+from admission.dra import TEMPLATE, ClaimRef
 
 log = logging.getLogger(__name__)
 
-GROUP_PATH = "/apis/resource.k8s.io/v1"
-PLURAL = {CLAIM: "resourceclaims", TEMPLATE: "resourceclaimtemplates"}
 MAX_CACHED = 4096
 
 
@@ -63,14 +61,14 @@ class ClaimReader:
             OrderedDict()
 
     def _get(self, namespace: str, kind: str, name: str) -> Mapping[str, Any] | None:
+        from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        path = f"{GROUP_PATH}/namespaces/{namespace}/{PLURAL[kind]}/{name}"
+        api = client.ResourceV1Api(self.api_client)
+        read = (api.read_namespaced_resource_claim_template if kind == TEMPLATE
+                else api.read_namespaced_resource_claim)
         try:
-            resp = self.api_client.call_api(
-                path, "GET", header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"], _preload_content=False,
-                _request_timeout=self.timeout)
+            resp = read(name, namespace, _preload_content=False, _request_timeout=self.timeout)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -79,8 +77,7 @@ class ClaimReader:
             except (ValueError, AttributeError):
                 message = exc.reason
             raise RuntimeError(f"the API server answered {exc.status}: {message}") from None
-        data = resp[0].data if isinstance(resp, tuple) else resp.data
-        obj = json.loads(data or b"{}")
+        obj = json.loads(resp.data or b"{}")
         return obj if isinstance(obj, dict) else None
 
     async def read(self, namespace: str, refs: Sequence[ClaimRef]
