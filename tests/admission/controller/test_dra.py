@@ -258,3 +258,21 @@ def test_a_gpu_in_mig_mode_takes_mig_pods_and_no_whole_gpu_pod() -> None:
     report = ctl.run_cycle()
     assert sorted(r.gang for r in report.released) == ["team-a/m0", "team-a/m1"], report
     assert c.SCHEDULING_GATE in gates(api, "team-a/whole")
+
+
+def test_a_pod_forging_the_dra_keys_over_device_plugin_gpus_is_never_released() -> None:
+    # Berth's keys say its GPUs come from claims, but it asks for nvidia.com/gpu and names no
+    # claim (keys the webhook never wrote): not believed, never released
+    api = FakeApi()
+    api.add_node(node("n0", gpus=8))
+    forged = pod("forged", gpus=2)
+    forged["metadata"]["annotations"][c.ANNOTATION_SHARING] = "dra"
+    api.add_pod(forged)
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    built = build(ctl.inventory.view(), ctl.settings, clock())
+    (info,) = built.gangs.values()
+    assert info.state == GangState.BROKEN
+    assert "also requests nvidia.com/gpu: 2" in (info.error or "")
+    clock.advance(10)
+    assert ctl.run_cycle().admitted == 0

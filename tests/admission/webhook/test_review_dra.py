@@ -231,3 +231,53 @@ def test_generated_hostile_templates_are_refused_or_read_never_crash() -> None:
         response = decision.response
         assert response["allowed"] or "Berth:" in response["status"]["message"]
         assert "Traceback" not in str(response)
+
+
+def test_bounds_on_what_a_pod_or_template_may_bring() -> None:
+    many = [{"name": f"c{i}", "resourceClaimTemplateName": "gpus"} for i in range(33)]
+    decision, _ = decide(pod_request(many), {(TEMPLATE, "gpus"): template(gpus(1))})
+    assert "Berth reads at most 32" in message(decision)
+    long = model_is(A100) + " || " + " || ".join([model_is("X" * 40)] * 120)
+    with pytest.raises(ClaimProblem, match="selectors of at most 4096"):
+        gpu_ask(template(gpus(1, long))["spec"]["spec"], "t")
+    for count in (True, 1.5, -1, 10 ** 9, "1"):
+        with pytest.raises(ClaimProblem, match="whole number from 1"):
+            gpu_ask(template(gpus(count))["spec"]["spec"], "t")  # type: ignore[arg-type]
+    alternatives = {"name": "gpu", "firstAvailable": [
+        {"name": "a", "deviceClassName": c.DRA_GPU_CLASS}]}
+    with pytest.raises(ClaimProblem, match="lists alternatives"):
+        gpu_ask(template(alternatives)["spec"]["spec"], "t")
+
+
+def test_a_claim_pod_that_names_both_claim_and_template_in_one_entry_is_refused() -> None:
+    both = [{"name": "gpu", "resourceClaimName": "a", "resourceClaimTemplateName": "b"}]
+    decision, _ = decide(pod_request(both), {})
+    assert "exactly one of resourceClaimName and resourceClaimTemplateName" in message(decision)
+
+
+def test_forged_berth_keys_on_a_claim_pod_are_replaced() -> None:
+    # the pod says it holds 0 GPUs through DRA and names a node: Berth writes its own values
+    forged = {c.ANNOTATION_GPU_COUNT: "0", c.ANNOTATION_SHARING: "dra",
+              c.ANNOTATION_ASSIGNED_NODE: "n0"}
+    decision, pod = decide(pod_request(by_template(), annotations=forged),
+                           {(TEMPLATE, "gpus"): template(gpus(2))})
+    assert decision.outcome == "mutated"
+    ann = pod["metadata"]["annotations"]
+    assert ann[c.ANNOTATION_GPU_COUNT] == "2" and c.ANNOTATION_ASSIGNED_NODE not in ann
+
+
+def test_a_webhook_without_api_access_refuses_claim_pods_saying_why(tmp_path: Any) -> None:
+    import asyncio
+
+    from admission.metrics import WebhookMetrics
+    from admission.webhook.server import PolicySource, WebhookState, _claims_for
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(SAMPLE.read_text())
+    metrics = WebhookMetrics()
+    state = WebhookState(PolicySource(policy, metrics), metrics)
+    answer = asyncio.run(_claims_for(state, pod_request(by_template())))
+    assert "runs without API access" in answer.response["status"]["message"]  # type: ignore[union-attr]
+    # a pod out of Berth's namespaces, or naming no claim, costs no read at all
+    assert asyncio.run(_claims_for(state, pod_request(by_template(), namespace="other"))) is None
+    assert asyncio.run(_claims_for(state, pod_request([]))) is None
