@@ -15,6 +15,8 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
+# Another control plane version (e2e/ci.sh: KUBERNETES_NEWEST_VERSION), cached beside the pinned.
+KUBERNETES_VERSION="${BERTH_E2E_KUBERNETES_VERSION:-$KUBERNETES_VERSION}"
 cache="${BERTH_E2E_CACHE:-$HOME/.cache/berth-e2e}"
 mkdir -p "$cache"
 

@@ -6,6 +6,7 @@
 # usage: e2e/ci.sh [extra pytest args...]
 #   BERTH_E2E_CACHE       binary cache (default ~/.cache/berth-e2e); keep it between CI runs
 #   BERTH_E2E_COMPONENTS  what to build (default: all = kubernetes etcd kwok kubectl kueue volcano helm)
+#   BERTH_E2E_SKIP_NEWEST=1  skip the run on KUBERNETES_NEWEST_VERSION (versions.env)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,3 +28,20 @@ echo "== e2e: suite"
 suite_start=$SECONDS
 python3 -m pytest -q -m e2e e2e/tests -p no:cacheprovider "$@"
 echo "== e2e: suite passed in $((SECONDS - suite_start))s (total $((SECONDS - start))s)"
+
+# The newest Kubernetes the module proxy serves: its control plane built and cached beside the
+# pinned one, and the tests of what changes most between versions (DRA, gating and release).
+newest="$(sed -n 's/^KUBERNETES_NEWEST_VERSION=//p' e2e/versions.env)"
+if [[ -n "$newest" && "${BERTH_E2E_SKIP_NEWEST:-}" != 1 ]]; then
+    echo "== e2e: Kubernetes $newest control plane; log: $logdir/build-newest.log"
+    newest_start=$SECONDS
+    if ! BERTH_E2E_KUBERNETES_VERSION="$newest" e2e/build.sh kubernetes \
+            > "$logdir/build-newest.log" 2>&1; then
+        tail -n 60 "$logdir/build-newest.log"
+        echo "e2e: build of Kubernetes $newest failed" >&2
+        exit 1
+    fi
+    BERTH_E2E_KUBERNETES_VERSION="$newest" python3 -m pytest -q -m e2e -p no:cacheprovider \
+        e2e/tests/test_dra.py e2e/tests/test_berth_release.py e2e/tests/test_scheduling_gates.py
+    echo "== e2e: Kubernetes $newest passed in $((SECONDS - newest_start))s"
+fi

@@ -83,9 +83,16 @@ class Component:
         return path
 
 
+#: Selects another control plane version than versions.env pins (the kubernetes component only:
+#: kubectl stays at the pinned one), as e2e/build.sh does.
+VERSION_OVERRIDE = "BERTH_E2E_KUBERNETES_VERSION"
+
+
 def component(name: str) -> Component:
     key, _ = COMPONENTS[name]
     version = read_versions()[key]
+    if name == "kubernetes" and os.environ.get(VERSION_OVERRIDE):
+        version = os.environ[VERSION_OVERRIDE]
     return Component(name=name, version=version, home=cache_root() / f"{name}-{version}")
 
 
