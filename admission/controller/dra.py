@@ -22,12 +22,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from admission import constants as c
+from admission.controller import keys
 from admission.controller import translate as tr
 from admission.controller.translate import Obj
-from admission.dra import TEMPLATE, ClaimProblem, ClaimRef, pod_ask, pod_claims
+from admission.dra import TEMPLATE, ClaimProblem, ClaimRef, claim_spec, gpu_ask, pod_ask, pod_claims
 from admission.dra.claims import CLAIM
 from admission.dra.slices import MIG_PARENT, NodeDevices, claim_devices, mig_milli, node_devices
-from solver.types import GPU, MILLI, GpuShare, Node, PodRequest
+from solver.types import GPU, MILLI, GpuShare, Node, NodeSelectorRequirement, PodRequest
 
 #: The solver's model name of a DRA GPU: ``<model>@dra``. A pod that asks through claims can
 #: only get DRA GPUs and a pod that asks for ``nvidia.com/gpu`` only device-plugin GPUs, even
@@ -61,13 +62,76 @@ class DraState:
     templates: Mapping[str, Obj] = field(default_factory=dict)  # namespace/name
     # (pool, device) -> (node, GPU index, milli) once the nodes are built
     where: dict[tuple[str, str], tuple[str, int, int]] = field(default_factory=dict)
+    # claim namespace/name -> the live pods naming it by resourceClaimName, sorted: the first
+    # is charged for its GPUs, the others share them
+    users: dict[str, list[str]] = field(default_factory=dict)
     _model_sets: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @staticmethod
     def from_view(view: Any) -> DraState:
+        users: dict[str, list[str]] = {}
+        for key, pod in view.pods.items():
+            spec = pod.get("spec") or {}
+            for ref in spec.get("resourceClaims") or []:
+                if isinstance(ref, dict) and isinstance(ref.get("resourceClaimName"), str):
+                    users.setdefault(f"{tr.namespace(pod)}/{ref['resourceClaimName']}",
+                                     []).append(key)
+        for pods in users.values():
+            pods.sort()
         return DraState(devices=node_devices(view.dra_of("resourceslices").values()),
                         claims=view.dra_of("resourceclaims"),
-                        templates=view.dra_of("resourceclaimtemplates"))
+                        templates=view.dra_of("resourceclaimtemplates"), users=users)
+
+    # ------------------------------------------------------------------ shared claims
+    def shared(self, pod: Obj) -> tuple[int, str | None, bool]:
+        """What sharing takes off the pod's demand: (GPUs of its named claims that another pod
+        is charged for, or that are allocated already; the node of such an allocated claim;
+        whether it shares a claim with another pod that is not allocated yet, so they must
+        meet on one node)."""
+        ns, key = tr.namespace(pod), tr.pod_key(pod)
+        off, node, together = 0, None, False
+        for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
+            name = ref.get("resourceClaimName") if isinstance(ref, dict) else None
+            if not isinstance(name, str):
+                continue
+            claim_key = f"{ns}/{name}"
+            claim = self.claims.get(claim_key)
+            if claim is None:
+                continue
+            held = self.claim_shares(claim_key)
+            first = (self.users.get(claim_key) or [key])[0] == key
+            if held is None and first:
+                together = together or len(self.users.get(claim_key) or ()) > 1
+                continue
+            try:
+                ask = gpu_ask(claim_spec(claim, CLAIM), "claim")
+            except ClaimProblem:
+                continue
+            off += ask.count + len(ask.mig)
+            if held is not None:
+                node = node or held[0]
+            else:
+                together = True
+        return off, node, together
+
+    def effective_count(self, pod: Obj, count: int) -> int:
+        """The GPUs the pod is charged for: ``count`` less what a shared claim covers."""
+        return max(0, count - self.shared(pod)[0]) if self.users else count
+
+    def share_claims(self, request: PodRequest, pod: Obj) -> PodRequest:
+        """``request`` less the GPUs of shared claims, pinned to the node of an allocated
+        shared claim."""
+        off, node, _ = self.shared(pod)
+        if not off and node is None:
+            return request
+        count = max(0, request.gpu_count - off)
+        affinity = request.affinity
+        if node is not None:
+            pin = NodeSelectorRequirement(keys.FIELD_NODE_NAME, "In", (node,))
+            affinity = tuple((*t, pin) for t in affinity) if affinity else ((pin,),)
+        return replace(request, gpu_count=count, gpu_milli=request.gpu_milli if count else 0,
+                       gpu_memory_mib=request.gpu_memory_mib if count else 0,
+                       affinity=affinity)
 
     # ------------------------------------------------------------------ nodes
     def extend(self, node: Node) -> Node:

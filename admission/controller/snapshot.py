@@ -44,6 +44,8 @@ from solver.types import (
     ProblemError,
     Running,
     Snapshot,
+    TopologyMode,
+    TopologyRequirement,
 )
 
 
@@ -253,11 +255,17 @@ def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo,
     pods = sorted(info.gated, key=tr.pod_key)
     requests: list[PodRequest] = [
         memo.pod_request(p, trust.qos_of(p, settings, info.tenant)) for p in pods]
+    together = False
+    if dra is not None and dra.users:  # pods naming one ResourceClaim share its GPUs
+        requests = [dra.share_claims(r, p) for r, p in zip(requests, pods, strict=True)]
+        together = any(dra.shared(p)[2] for p in pods)
     if dra is not None and dra.where and nodes is not None:
         requests = [dra.solver_models(r, p, nodes) for r, p in zip(requests, pods, strict=True)]
     topo = None
     for p in pods:
         topo = topo or tr.topology_requirement(p)
+    if together:  # a claim's devices sit on one node: the pods sharing it meet there
+        topo = TopologyRequirement("node", TopologyMode.REQUIRED)
     wait = (now - info.first_created).total_seconds() if info.first_created else 0.0
     tenant = settings.tenant(info.tenant)
     if settings.tenants and tenant is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from admission.controller import demand
 from admission.controller import translate as tr
-from admission.controller.dra import DraState
+from admission.controller.dra import DraState, is_dra_pod
 from admission.controller.settings import Settings
 from admission.controller.translate import Obj, TranslationError
 from solver.types import MAX_PRIORITY, GpuShare
@@ -76,6 +76,8 @@ def planned_shares(pod: Obj, settings: Settings,
         count, milli, _ = tr.pod_gpu_demand(pod)
     except TranslationError:
         return None
+    if dra is not None and is_dra_pod(pod):  # less what a claim shared with others covers
+        count = dra.effective_count(pod, count)
     shares = assigned[1]
     if len(shares) != count or len({s.index for s in shares}) != count:
         return None

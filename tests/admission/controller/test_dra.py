@@ -276,3 +276,40 @@ def test_a_pod_forging_the_dra_keys_over_device_plugin_gpus_is_never_released() 
     assert "also requests nvidia.com/gpu: 2" in (info.error or "")
     clock.advance(10)
     assert ctl.run_cycle().admitted == 0
+
+
+def test_a_claim_shared_by_a_gang_is_charged_once_and_keeps_the_gang_on_its_node() -> None:
+    # two pods of one gang name one 4-GPU claim: 4 GPUs, not 8, on one node (dra-1's 2 GPUs
+    # would not do; charged twice, 8 GPUs would not fit in the 6 there are)
+    api = FakeApi()
+    for name, gpus in (("dra-0", 4), ("dra-1", 2)):
+        api.add_node(slice_only_node(name))
+        api.add_dra("resourceslices", slice_of(name, gpus))
+    api.add_dra("resourceclaims", claim("shared", 4))
+    for i in range(2):
+        api.add_pod(dra_pod(f"w{i}", 4, claim_name="shared", gang="ring", size=2))
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    built = build(ctl.inventory.view(), ctl.settings, clock())
+    (gang,) = built.snapshot.gangs
+    assert sorted(p.gpu_count for p in gang.pods) == [0, 4]
+    clock.advance(10)
+    assert ctl.run_cycle().admitted == 1
+    assert {pinned_node(api, f"team-a/w{i}") for i in range(2)} == {"dra-0"}
+
+
+def test_a_pod_joining_an_allocated_claim_goes_to_its_node_and_takes_nothing_more() -> None:
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", slice_of("dra-0", 2))
+    api.add_node(slice_only_node("dra-1"))
+    api.add_dra("resourceslices", slice_of("dra-1", 8))
+    api.add_dra("resourceclaims", claim("shared", 2, node_name="dra-0",
+                                        devices=["gpu-0", "gpu-1"], pods=["r0"]))
+    api.add_pod(dra_pod("r0", 2, claim_name="shared", gated=False, node_name="dra-0"))
+    api.add_pod(dra_pod("late", 2, claim_name="shared"))
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    clock.advance(10)
+    assert ctl.run_cycle().admitted == 1
+    assert pinned_node(api, "team-a/late") == "dra-0"  # full, but the claim is there
