@@ -171,3 +171,27 @@ def test_quota_holds_across_claims_and_device_plugin_gpus(
     extra = cluster.core.read_namespaced_pod("claims-1", ns)
     assert extra.spec.node_name is None
     assert [g.name for g in extra.spec.scheduling_gates] == [c.SCHEDULING_GATE]
+
+
+def test_a_gang_sharing_one_claim_is_charged_once_and_runs_on_its_node(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], berth: BerthWebhook,  # noqa: F811
+    dra_nodes: tuple[DraNode, ...],
+) -> None:
+    # two pods of one gang name one 6-GPU ResourceClaim: charged twice (12) they could not fit
+    # on dra-0's 8 GPUs; charged once, both run there and the claim is reserved for both
+    ns = tenant_namespaces["team-a"]
+    spec = template("unused", 6)["spec"]["spec"]
+    _resource(cluster).create_namespaced_resource_claim(ns, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "ring-gpus"}, "spec": spec})
+    for i in range(2):
+        manifest = claim_pod(f"ring-{i}", "unused")
+        manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "ring-gpus"}]
+        manifest["metadata"]["annotations"] = {c.ANNOTATION_GANG: "ring",
+                                               c.ANNOTATION_GANG_SIZE: "2"}
+        cluster.core.create_namespaced_pod(ns, manifest)
+    pods = [_running(cluster, ns, f"ring-{i}", f"ring-{i} to run", berth) for i in range(2)]
+    assert {p.spec.node_name for p in pods} == {"dra-0"}
+    claim = _resource(cluster).read_namespaced_resource_claim("ring-gpus", ns)
+    assert len(claim.status.allocation.devices.results) == 6
+    assert {r.name for r in claim.status.reserved_for} == {"ring-0", "ring-1"}
