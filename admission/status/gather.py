@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from admission import constants as c
+from admission.controller.api import DRA_KINDS
 from admission.policy import Policy, PolicyError, check_text, load_policy
 from admission.status import keys
 from admission.status.source import Denied, Json, Missing, Source, SourceError
@@ -36,6 +37,7 @@ class ClusterView:
     lease: Json | None = None
     lease_error: str | None = None
     events: list[Json] = field(default_factory=list)  # reclaim Events
+    dra: dict[str, list[Json]] = field(default_factory=dict)  # DRA objects by kind
     notes: list[str] = field(default_factory=list)
 
 
@@ -126,6 +128,7 @@ def read(source: Source, *, policy_path: str | None, berth_namespace: str = keys
     except SourceError as exc:
         view.notes.append(f"nodes not read ({refusal(exc)}): GPUs held are counted from the "
                           "pods' own requests and free capacity is unknown")
+    view.dra = read_dra(source, view.notes)
     try:
         view.lease = source.get_lease(berth_namespace, keys.LEASE)
     except Missing:
@@ -136,6 +139,21 @@ def read(source: Source, *, policy_path: str | None, berth_namespace: str = keys
         view.events = read_events(source, namespaces, view.notes,
                                   f"reason={keys.REASON_RECLAIMED}")
     return view
+
+
+def read_dra(source: Source, notes: list[str]) -> dict[str, list[Json]]:
+    """ResourceSlices, claims and templates (GPUs through DRA); a cluster that does not serve
+    resource.k8s.io/v1 has none, and one the user may not list gets a note."""
+    out: dict[str, list[Json]] = {}
+    for kind in DRA_KINDS:
+        try:
+            out[kind] = source.list_dra(kind)
+        except Missing:
+            out[kind] = []
+        except SourceError as exc:
+            notes.append(f"{kind} not read ({refusal(exc)}): GPUs through DRA are not shown")
+            out[kind] = []
+    return out
 
 
 def read_events(source: Source, namespaces: tuple[str, ...] | None, notes: list[str],

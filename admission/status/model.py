@@ -14,6 +14,7 @@ from datetime import datetime
 from admission import constants as c
 from admission.controller import translate as tr
 from admission.controller import trust
+from admission.controller.dra import DraState
 from admission.controller.inventory import Inventory
 from admission.controller.settings import Settings, from_policy
 from admission.controller.snapshot import Built, GangState, build
@@ -54,6 +55,8 @@ def picture(view: ClusterView, now: datetime) -> Picture:
     inventory = Inventory()
     inventory.replace_pods(view.pods)
     inventory.replace_nodes(view.nodes or [])
+    for kind, objects in view.dra.items():
+        inventory.replace_dra(kind, objects)
     snap_view = inventory.view()
     try:
         built = build(snap_view, settings, now)
@@ -66,7 +69,7 @@ def picture(view: ClusterView, now: datetime) -> Picture:
         used = quota_usage_milli(built.snapshot)
     else:
         finishing = {tr.pod_key(p) for g in built.by_state(GangState.FINISHING) for p in g.gated}
-        holders = _holders_from_pods(snap_view.pods.values(), finishing, settings)
+        holders = _holders_from_pods(snap_view.pods.values(), finishing, settings, built.dra)
         by_tenant: defaultdict[str, int] = defaultdict(int)
         for h in holders:
             if h.tenant is not None:
@@ -83,8 +86,8 @@ def _since(pod: Obj | None) -> datetime | None:
         tr.created_at(pod)
 
 
-def _holders_from_pods(pods: Iterable[Obj], finishing: set[str],
-                       settings: Settings) -> list[Holder]:
+def _holders_from_pods(pods: Iterable[Obj], finishing: set[str], settings: Settings,
+                       dra: DraState | None = None) -> list[Holder]:
     """Without nodes: what each pod holds as the controller counts it
     (:func:`admission.controller.snapshot.holding`): a bound pod its ``nvidia.com/gpu``
     request (Berth's recorded shares where the controller believes them), a pod not bound only
@@ -94,7 +97,7 @@ def _holders_from_pods(pods: Iterable[Obj], finishing: set[str],
         key = tr.pod_key(pod)
         if tr.has_berth_gate(pod) and key not in finishing:
             continue
-        planned = trust.planned_shares(pod, settings)
+        planned = trust.planned_shares(pod, settings, dra)
         node = tr.spec(pod).get("nodeName") or (planned[0] if planned else None)
         if not node:
             continue

@@ -84,6 +84,7 @@ class Source(Protocol):
 
     def list_pods(self, namespace: str | None) -> list[Json]: ...
     def list_nodes(self) -> list[Json]: ...
+    def list_dra(self, kind: str) -> list[Json]: ...  # DRA_KINDS (resource.k8s.io/v1)
     def get_pod(self, namespace: str, name: str) -> Json: ...
     def get_config_map(self, namespace: str, name: str) -> Json: ...
     def get_lease(self, namespace: str, name: str) -> Json: ...
@@ -145,6 +146,7 @@ class KubeSource:
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.resource = client.ResourceV1Api(api_client)
         self.timeout = timeout
 
     def _call(self, request: Request, fn: Callable[..., Any], *args: Any, **kw: Any) -> Json:
@@ -180,6 +182,14 @@ class KubeSource:
 
     def list_nodes(self) -> list[Json]:
         return self._list(Request("list", "nodes", cluster_scoped=True), self.core.list_node)
+
+    def list_dra(self, kind: str) -> list[Json]:
+        lister = {"resourceslices": self.resource.list_resource_slice,
+                  "resourceclaims": self.resource.list_resource_claim_for_all_namespaces,
+                  "resourceclaimtemplates":
+                      self.resource.list_resource_claim_template_for_all_namespaces}[kind]
+        return self._list(Request("list", f"{kind}.resource.k8s.io", cluster_scoped=True),
+                          lister)
 
     def get_pod(self, namespace: str, name: str) -> Json:
         return self._call(Request("get", "pods", namespace, name=name),

@@ -73,6 +73,10 @@ class FakeSource:
         self._ask(Request("list", "nodes", None, cluster_scoped=True))
         return self.api.list_nodes()[0]
 
+    def list_dra(self, kind: str) -> list[Json]:
+        self._ask(Request("list", f"{kind}.resource.k8s.io", None, cluster_scoped=True))
+        return self.api.list_dra(kind)[0]
+
     def get_pod(self, namespace: str, name: str) -> Json:
         self._ask(Request("get", "pods", namespace, name=name))
         pod = self.api.get_pod(namespace, name)

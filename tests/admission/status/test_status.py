@@ -261,3 +261,19 @@ def test_a_forged_placement_is_not_counted_as_used() -> None:
     # Without the right to list nodes, status counts holders from the pods alone: the same.
     blind = s.picture(forbid={("list", "nodes", None)})
     assert not blind.nodes_known and rows(status(blind))["team-a"].used == 0
+
+
+def test_gpus_held_through_resource_claims_count_as_used() -> None:
+    from tests.admission.controller.test_dra import claim, dra_pod, slice_of, slice_only_node
+
+    s = Scene()
+    s.api.add_node(slice_only_node("dra-0"))
+    s.api.add_dra("resourceslices", slice_of("dra-0", 8))
+    s.api.add_dra("resourceclaims", claim("r0-gpu", 3, node_name="dra-0",
+                                          devices=["gpu-0", "gpu-1", "gpu-2"], pods=["r0"]))
+    s.api.add_pod(dra_pod("r0", 3, gated=False, node_name="dra-0"))
+    st = status(s.picture())
+    assert rows(st)["team-a"].used == 3
+    # a user who may not list ResourceSlices is told what is missing
+    denied = s.picture(forbid={("list", "resourceslices.resource.k8s.io", None)})
+    assert any("resourceslices not read" in n for n in denied.view.notes)
