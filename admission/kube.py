@@ -135,7 +135,8 @@ class KubeApi:
         return {"resourceslices": self.resource.list_resource_slice,
                 "resourceclaims": self.resource.list_resource_claim_for_all_namespaces,
                 "resourceclaimtemplates":
-                    self.resource.list_resource_claim_template_for_all_namespaces}[kind]
+                    self.resource.list_resource_claim_template_for_all_namespaces,
+                "deviceclasses": self.resource.list_device_class}[kind]
 
     def list_dra(self, kind: str) -> tuple[list[Json], str]:
         """Everything of a DRA kind; ([], "") from a server that does not serve

@@ -38,7 +38,7 @@ class Gone(ApiError):
 
 
 #: The DRA kinds the controller watches, by their plural resource names.
-DRA_KINDS = ("resourceslices", "resourceclaims", "resourceclaimtemplates")
+DRA_KINDS = ("resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses")
 
 
 class ClusterApi(Protocol):

@@ -25,7 +25,16 @@ from admission import constants as c
 from admission.controller import keys
 from admission.controller import translate as tr
 from admission.controller.translate import Obj
-from admission.dra import TEMPLATE, ClaimProblem, ClaimRef, claim_spec, gpu_ask, pod_ask, pod_claims
+from admission.dra import (
+    DEFAULT_CLASSES,
+    TEMPLATE,
+    ClaimProblem,
+    ClaimRef,
+    claim_spec,
+    gpu_ask,
+    pod_ask,
+    pod_claims,
+)
 from admission.dra.claims import CLAIM
 from admission.dra.slices import MIG_PARENT, NodeDevices, claim_devices, mig_milli, node_devices
 from solver.types import GPU, MILLI, GpuShare, Node, NodeSelectorRequirement, PodRequest
@@ -33,8 +42,8 @@ from solver.types import GPU, MILLI, GpuShare, Node, NodeSelectorRequirement, Po
 #: The solver's model name of a DRA GPU: ``<model>@dra``. A pod that asks through claims can
 #: only get DRA GPUs and a pod that asks for ``nvidia.com/gpu`` only device-plugin GPUs, even
 #: on one node; models keep them apart in every solver, which already honours models.
-DRA_MODEL_SUFFIX = "@dra"
-MIG_MODEL_SUFFIX = "@dra-mig"  # a GPU in MIG mode: only MIG devices, never a whole GPU
+DRA_MODEL_SUFFIX = c.DRA_MODEL_SUFFIX
+MIG_MODEL_SUFFIX = c.DRA_MIG_MODEL_SUFFIX  # a GPU in MIG mode: only MIG devices, never whole
 #: The model a pod is given when no GPU of its kind exists (it waits, and its reason says it).
 NO_GPU = {"": "(a device-plugin GPU)", DRA_MODEL_SUFFIX: "(a whole GPU published through DRA)",
           MIG_MODEL_SUFFIX: "(a MIG device published through DRA)"}
@@ -65,6 +74,9 @@ class DraState:
     # claim namespace/name -> the live pods naming it by resourceClaimName, sorted: the first
     # is charged for its GPUs, the others share them
     users: dict[str, list[str]] = field(default_factory=dict)
+    # a GPU DeviceClass maps nvidia.com/gpu to DRA devices (extendedResourceName): a pod that
+    # asks for nvidia.com/gpu may then get device-plugin or DRA GPUs
+    mapped: bool = False
     _model_sets: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @staticmethod
@@ -78,9 +90,14 @@ class DraState:
                                      []).append(key)
         for pods in users.values():
             pods.sort()
+        mapped = any(
+            (cls.get("spec") or {}).get("extendedResourceName") == c.RESOURCE_GPU
+            and (cls.get("metadata") or {}).get("name") in DEFAULT_CLASSES.gpu
+            for cls in view.dra_of("deviceclasses").values())
         return DraState(devices=node_devices(view.dra_of("resourceslices").values()),
                         claims=view.dra_of("resourceclaims"),
-                        templates=view.dra_of("resourceclaimtemplates"), users=users)
+                        templates=view.dra_of("resourceclaimtemplates"), users=users,
+                        mapped=mapped)
 
     # ------------------------------------------------------------------ shared claims
     def shared(self, pod: Obj) -> tuple[int, str | None, bool]:
@@ -167,6 +184,11 @@ class DraState:
                 models = frozenset(m + suffix for m in request.models)
             else:  # no such GPU anywhere: a model no GPU has (the pod waits, saying so)
                 models = self._models(nodes, suffix) or frozenset({NO_GPU[suffix]})
+        elif self.mapped:  # nvidia.com/gpu through the device plugin or through DRA
+            models = (request.models | {m + DRA_MODEL_SUFFIX for m in request.models}
+                      if request.models else
+                      self._models(nodes, "") | self._models(nodes, DRA_MODEL_SUFFIX))
+            models = models or frozenset({NO_GPU[""]})
         elif request.models:
             return request
         else:
@@ -207,10 +229,13 @@ class DraState:
                      for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
                      if isinstance(s, dict)}
         keys, waiting = [], []
+        extended = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {})
+        if isinstance(extended, dict) and isinstance(extended.get("resourceClaimName"), str):
+            keys.append(f"{ns}/{extended['resourceClaimName']}")  # nvidia.com/gpu through DRA
         try:
             refs = pod_claims(pod)
         except ClaimProblem:
-            return [], []
+            return keys, []
         for ref in refs:
             if ref.kind == CLAIM:
                 keys.append(f"{ns}/{ref.object}")

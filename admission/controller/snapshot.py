@@ -296,7 +296,8 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
     for _anonymous, _key, pod, planned in sorted(pods, key=lambda x: (x[0], x[1])):
         node_name = tr.spec(pod).get("nodeName")
         shares = None
-        held = _claims_held(pod, dra, counted) if tr.spec(pod).get("resourceClaims") else None
+        held = (_claims_held(pod, dra, counted) if tr.spec(pod).get("resourceClaims")
+                or (pod.get("status") or {}).get("extendedResourceClaimStatus") else None)
         if held is not None:  # its GPUs are its allocated claims' devices
             node_name = node_name or held[0]
             shares = held[1] if held[0] == node_name else ()

@@ -429,6 +429,9 @@ def node_from_api(node: Obj, topology_keys: Mapping[str, str]) -> Node:
         raise TranslationError(f"{where}: {exc}") from None
 
 
+_DRA_SUFFIXES = (c.DRA_MODEL_SUFFIX, c.DRA_MIG_MODEL_SUFFIX)
+
+
 def running_from_pod(pod: Obj, node: Node, taken: Mapping[int, int], *,
                      planned: tuple[GpuShare, ...] | None = None, tenant: str | None = None,
                      qos: str | None = None) -> Running:
@@ -442,9 +445,10 @@ def running_from_pod(pod: Obj, node: Node, taken: Mapping[int, int], *,
     valid = {g.index for g in node.gpus}
     if planned is not None and all(s.index in valid for s in planned):
         shares = planned
-    else:
+    else:  # whole GPUs of the device plugin (a DRA GPU is held through its claim)
         want = pod_gpu_resource(pod)
-        order = sorted(valid, key=lambda i: (taken.get(i, 0), i))
+        plugin = {g.index for g in node.gpus if not g.model.endswith(_DRA_SUFFIXES)}
+        order = sorted(plugin, key=lambda i: (taken.get(i, 0), i))
         shares = tuple(GpuShare(i, MILLI) for i in order[:want])
     return Running(name=pod_key(pod), node=node.name, cpu_milli=cpu, memory_mib=mem,
                    gpus=shares, tenant=tenant, qos_class=qos)

@@ -184,10 +184,11 @@ class KubeSource:
         return self._list(Request("list", "nodes", cluster_scoped=True), self.core.list_node)
 
     def list_dra(self, kind: str) -> list[Json]:
-        lister = {"resourceslices": self.resource.list_resource_slice,
+        lister: Callable[..., Any] = {"resourceslices": self.resource.list_resource_slice,
                   "resourceclaims": self.resource.list_resource_claim_for_all_namespaces,
                   "resourceclaimtemplates":
-                      self.resource.list_resource_claim_template_for_all_namespaces}[kind]
+                      self.resource.list_resource_claim_template_for_all_namespaces,
+                  "deviceclasses": self.resource.list_device_class}[kind]
         return self._list(Request("list", f"{kind}.resource.k8s.io", cluster_scoped=True),
                           lister)
 

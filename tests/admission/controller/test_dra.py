@@ -4,6 +4,7 @@ from ResourceClaims, what allocated claims hold, and the demand read again from 
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
 from admission import constants as c
@@ -11,7 +12,7 @@ from admission.controller.snapshot import GangState, build
 from admission.dra.slices import mig_milli, node_devices
 from tests.admission.controller.fakeapi import FakeApi
 from tests.admission.controller.harness import controller, gates, pinned_node, settings
-from tests.admission.controller.objects import FakeClock, node, pod
+from tests.admission.controller.objects import T0, FakeClock, node, pod
 
 A100 = "NVIDIA A100-SXM4-80GB"  # as the DRA driver publishes it
 A100_LABEL = "NVIDIA-A100-SXM4-80GB"  # as GPU Feature Discovery and the policy write it
@@ -313,3 +314,34 @@ def test_a_pod_joining_an_allocated_claim_goes_to_its_node_and_takes_nothing_mor
     clock.advance(10)
     assert ctl.run_cycle().admitted == 1
     assert pinned_node(api, "team-a/late") == "dra-0"  # full, but the claim is there
+
+
+def mapping_class() -> dict[str, Any]:
+    """The GPU DeviceClass mapping nvidia.com/gpu to DRA devices (extendedResourceName)."""
+    return {"metadata": {"name": c.DRA_GPU_CLASS},
+            "spec": {"extendedResourceName": c.RESOURCE_GPU}}
+
+
+def test_nvidia_gpu_mapped_to_dra_may_use_dra_gpus_and_is_counted_once() -> None:
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", slice_of("dra-0", 4))
+    api.add_dra("deviceclasses", mapping_class())
+    # a running nvidia.com/gpu pod whose 2 GPUs the scheduler took from DRA devices (its
+    # extended resource claim): held once, through the claim
+    runner = pod("runner", gpus=2, gated=False, node_name="dra-0")
+    runner["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": "runner-ext"}
+    api.add_pod(runner)
+    api.add_dra("resourceclaims", claim("runner-ext", 2, node_name="dra-0",
+                                        devices=["gpu-0", "gpu-1"], pods=["runner"]))
+    api.add_pod(pod("next", gpus=2))
+    api.add_pod(pod("too-many", gpus=1, created=T0 + timedelta(seconds=1)))
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    built = build(ctl.inventory.view(), ctl.settings, clock())
+    held = {r.name: sorted(s.index for s in r.gpus) for r in built.snapshot.running}
+    assert held == {"team-a/runner": [0, 1]}
+    clock.advance(10)
+    report = ctl.run_cycle()
+    assert [r.gang for r in report.released] == ["team-a/next"], report
+    assert pinned_node(api, "team-a/next") == "dra-0"
