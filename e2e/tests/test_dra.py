@@ -195,3 +195,39 @@ def test_a_gang_sharing_one_claim_is_charged_once_and_runs_on_its_node(
     claim = _resource(cluster).read_namespaced_resource_claim("ring-gpus", ns)
     assert len(claim.status.allocation.devices.results) == 6
     assert {r.name for r in claim.status.reserved_for} == {"ring-0", "ring-1"}
+
+
+def _minor(cluster: E2ECluster) -> int:
+    info = client.VersionApi(cluster.api).get_code()
+    return int("".join(ch for ch in info.minor if ch.isdigit()))
+
+
+def test_nvidia_gpu_mapped_to_dra_runs_on_dra_gpus_counted_once(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], berth: BerthWebhook,  # noqa: F811
+    dra_nodes: tuple[DraNode, ...],
+) -> None:
+    if _minor(cluster) < 37:  # DRAExtendedResource: alpha (off) in 1.34, GA in 1.37
+        pytest.skip("the DeviceClass field extendedResourceName is GA from Kubernetes 1.37; "
+                    "e2e/ci.sh runs this test on KUBERNETES_NEWEST_VERSION")
+    resource = _resource(cluster)
+    resource.patch_device_class(c.DRA_GPU_CLASS,
+                                {"spec": {"extendedResourceName": c.RESOURCE_GPU}})
+    try:
+        cls = resource.read_device_class(c.DRA_GPU_CLASS)
+        assert cls.spec.extended_resource_name == c.RESOURCE_GPU, "the field was dropped"
+        time.sleep(3)  # the controller's DeviceClass watch
+        ns = tenant_namespaces["team-a"]
+        # two 4-GPU nvidia.com/gpu pods held to the DRA nodes: both fit on dra-0's 8 GPUs only
+        # if the first one's GPUs are counted once (its resources and its claim are the same)
+        for name in ("mapped-0", "mapped-1"):
+            manifest = pod_manifest(name, gpus=4)
+            manifest["spec"]["nodeSelector"] = {"berth-e2e/dra": "true"}
+            cluster.core.create_namespaced_pod(ns, manifest)
+            pod = _running(cluster, ns, name, f"{name} to run on DRA GPUs", berth)
+            assert pod.spec.node_name == "dra-0"
+            ext = pod.status.extended_resource_claim_status
+            assert ext is not None and ext.resource_claim_name
+            claim = resource.read_namespaced_resource_claim(ext.resource_claim_name, ns)
+            assert len(claim.status.allocation.devices.results) == 4
+    finally:
+        resource.patch_device_class(c.DRA_GPU_CLASS, {"spec": {"extendedResourceName": None}})
