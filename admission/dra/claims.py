@@ -20,9 +20,9 @@ planning it would place the pod on a node where the scheduler's allocator may fi
   ``device.driver == "gpu.nvidia.com"``; any other expression is refused, naming the forms
   Berth reads;
 - ``exactly.adminAccess: true`` refused (it reaches devices other pods use);
-- ``exactly.capacity`` (a consumable share of a device) refused: this Kubernetes version
-  has no consumable GPU capacity Berth can plan; ask for a share with Berth's
-  ``gpu-fraction`` annotation on the device-plugin path;
+- ``exactly.capacity`` (a consumable share of a device) refused: Berth does not plan
+  consumable capacity yet; a MIG device, or Berth's ``gpu-fraction`` annotation on the
+  device-plugin path, asks for a share;
 - ``firstAvailable`` (alternatives) refused: ask for one class;
 - ``spec.devices.constraints`` on a GPU request refused.
 
@@ -334,10 +334,10 @@ def gpu_ask(spec: Obj, where: str, classes: Classes = DEFAULT_CLASSES) -> GpuAsk
                                "ask for it", "admin-access")
         if exactly.get("capacity") is not None:
             raise ClaimProblem(f"{path}.exactly.capacity",
-                               "asks for a consumable share of a device, which Berth cannot "
-                               "plan on this Kubernetes version; ask for whole GPUs, or for a "
-                               f"share with the annotation {c.ANNOTATION_FRACTION} on "
-                               f"{c.RESOURCE_GPU}", "capacity")
+                               "asks for a consumable share of a device, which Berth does not "
+                               "plan yet; ask for whole GPUs, for a MIG device (class "
+                               f"{c.DRA_MIG_CLASS}), or for a share with the annotation "
+                               f"{c.ANNOTATION_FRACTION} on {c.RESOURCE_GPU}", "capacity")
         n = _count(exactly.get("count"), f"{path}.exactly.count")
         allowed: dict[str, frozenset[str]] = {}
         for j, sel in enumerate(_list(exactly.get("selectors"), f"{path}.exactly.selectors")):
