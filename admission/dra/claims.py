@@ -233,21 +233,36 @@ def _short(text: str, limit: int = 80) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def _balanced(text: str) -> bool:
-    depth, quote = 0, ""
-    for i, ch in enumerate(text):
+def _outside_quotes(text: str) -> tuple[list[tuple[int, int]], bool]:
+    """(index, nesting depth) of every character outside string literals, and whether the
+    text ends inside one; a backslash escapes the next character of a literal."""
+    out: list[tuple[int, int]] = []
+    depth, quote, i = 0, "", 0
+    while i < len(text):
+        ch = text[i]
         if quote:
-            if ch == quote and text[i - 1] != "\\":
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
                 quote = ""
         elif ch in "\"'":
             quote = ch
-        elif ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-            if depth < 0:
-                return False
-    return depth == 0 and not quote
+        else:
+            if ch in ")]":
+                depth -= 1
+            out.append((i, depth))
+            if ch in "([":
+                depth += 1
+        i += 1
+    return out, bool(quote)
+
+
+def _balanced(text: str) -> bool:
+    """Whether parentheses and brackets outside literals pair up (never closing early)."""
+    chars, open_quote = _outside_quotes(text)
+    depth = min((d for _, d in chars), default=0)
+    ends = chars[-1][1] + (text[chars[-1][0]] in "([") if chars else 0
+    return not open_quote and depth >= 0 and ends == 0
 
 
 def _strip_parens(text: str) -> str:
@@ -258,27 +273,12 @@ def _strip_parens(text: str) -> str:
 
 
 def _split(text: str, op: str) -> list[str]:
-    """``text`` split at ``op`` outside quotes, brackets and parentheses."""
-    parts, depth, quote, start, i = [], 0, "", 0, 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif depth == 0 and text.startswith(op, i):
+    """``text`` split at ``op`` outside literals, brackets and parentheses."""
+    parts, start = [], 0
+    for i, depth in _outside_quotes(text)[0]:
+        if depth == 0 and i >= start and text.startswith(op, i):
             parts.append(text[start:i])
             start = i + len(op)
-            i += len(op)
-            continue
-        i += 1
     parts.append(text[start:])
     return parts
 
