@@ -6,6 +6,7 @@ The solver never reads YAML; the controller converts the loaded policy once per 
 
 from __future__ import annotations
 
+from admission import constants as c
 from admission.policy.model import Policy, QoSClass
 from admission.policy.model import Tenant as PolicyTenant
 from solver.types import QoSProfile, SolverPolicy, Tenant, Weights
@@ -39,6 +40,10 @@ def solver_qos(q: QoSClass) -> QoSProfile:
     )
 
 
+def _names(model: str) -> tuple[str, ...]:
+    return model, model + c.DRA_MODEL_SUFFIX, model + c.DRA_MIG_MODEL_SUFFIX
+
+
 def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
     """Map the policy to the solver's knobs and tenants."""
     w = policy.solver.weights
@@ -55,7 +60,9 @@ def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
         ),
         topology_levels=tuple(level.name for level in policy.topology.levels),
         qos_classes=tuple(solver_qos(q) for q in policy.qos_classes),
-        idle_watts={m.name: m.idle_watts for m in policy.gpu_models},
-        active_watts={m.name: m.active_watts for m in policy.gpu_models},
+        # the same GPU published through DRA is <model>@dra to the solver (docs/dra.md)
+        idle_watts={name: m.idle_watts for m in policy.gpu_models for name in _names(m.name)},
+        active_watts={name: m.active_watts for m in policy.gpu_models
+                      for name in _names(m.name)},
     )
     return solver_policy, tuple(solver_tenant(t) for t in policy.tenants)

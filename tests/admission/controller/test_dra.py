@@ -345,3 +345,15 @@ def test_nvidia_gpu_mapped_to_dra_may_use_dra_gpus_and_is_counted_once() -> None
     report = ctl.run_cycle()
     assert [r.gang for r in report.released] == ["team-a/next"], report
     assert pinned_node(api, "team-a/next") == "dra-0"
+
+
+def test_the_policys_gpu_model_watts_hold_for_dra_gpus() -> None:
+    from admission.policy import load_policy, to_solver
+    from tests.admission.webhook.review_helpers import SAMPLE
+
+    policy = load_policy(SAMPLE)
+    solver_policy, _ = to_solver(policy)
+    for m in policy.gpu_models:
+        for name in (m.name + "@dra", m.name + "@dra-mig"):
+            assert solver_policy.idle_watts[name] == m.idle_watts
+            assert solver_policy.active_watts[name] == m.active_watts
