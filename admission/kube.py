@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from admission.controller import ApiError, Conflict, Gone, Json, NotFound
+from admission.controller.api import DRA_LISTERS
 from admission.jsonpatch import PatchOp
 
 JSON_PATCH = "application/json-patch+json"
@@ -132,11 +133,8 @@ class KubeApi:
 
     # ------------------------------------------------------------------ DRA
     def _dra_lister(self, kind: str) -> Callable[..., Any]:
-        return {"resourceslices": self.resource.list_resource_slice,
-                "resourceclaims": self.resource.list_resource_claim_for_all_namespaces,
-                "resourceclaimtemplates":
-                    self.resource.list_resource_claim_template_for_all_namespaces,
-                "deviceclasses": self.resource.list_device_class}[kind]
+        lister: Callable[..., Any] = getattr(self.resource, DRA_LISTERS[kind])
+        return lister
 
     def list_dra(self, kind: str) -> tuple[list[Json], str]:
         """Everything of a DRA kind; ([], "") from a server that does not serve

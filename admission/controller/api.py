@@ -37,8 +37,13 @@ class Gone(ApiError):
     """A watch's resource version is too old (410): list again."""
 
 
-#: The DRA kinds the controller watches, by their plural resource names.
-DRA_KINDS = ("resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses")
+#: The DRA kinds the controller watches, by their plural resource names, and the method of the
+#: ``kubernetes`` client's ResourceV1Api that lists each. (Templates are not among them: the
+#: controller reads the claim made from a template, only the webhook reads templates.)
+DRA_LISTERS = {"resourceslices": "list_resource_slice",
+               "resourceclaims": "list_resource_claim_for_all_namespaces",
+               "deviceclasses": "list_device_class"}
+DRA_KINDS = tuple(DRA_LISTERS)
 
 
 class ClusterApi(Protocol):

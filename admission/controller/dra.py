@@ -29,7 +29,6 @@ from admission.dra import (
     DEFAULT_CLASSES,
     TEMPLATE,
     ClaimProblem,
-    ClaimRef,
     claim_spec,
     gpu_ask,
     pod_ask,
@@ -58,6 +57,14 @@ def _kind(model: str) -> str:
     return ""
 
 
+def _generated(pod: Obj) -> dict[str, str]:
+    """The pod's claim name -> the ResourceClaim made for it from a template
+    (``status.resourceClaimStatuses``)."""
+    return {str(s.get("name")): s["resourceClaimName"]
+            for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+            if isinstance(s, dict) and isinstance(s.get("resourceClaimName"), str)}
+
+
 def is_dra_pod(pod: Obj) -> bool:
     return tr.annotations_of(pod).get(c.ANNOTATION_SHARING) == SHARING_DRA
 
@@ -68,7 +75,6 @@ class DraState:
 
     devices: dict[str, NodeDevices] = field(default_factory=dict)
     claims: Mapping[str, Obj] = field(default_factory=dict)  # namespace/name
-    templates: Mapping[str, Obj] = field(default_factory=dict)  # namespace/name
     # (pool, device) -> (node, GPU index, milli) once the nodes are built
     where: dict[tuple[str, str], tuple[str, int, int]] = field(default_factory=dict)
     # claim namespace/name -> the live pods naming it by resourceClaimName, sorted: the first
@@ -95,9 +101,7 @@ class DraState:
             and (cls.get("metadata") or {}).get("name") in DEFAULT_CLASSES.gpu
             for cls in view.dra_of("deviceclasses").values())
         return DraState(devices=node_devices(view.dra_of("resourceslices").values()),
-                        claims=view.dra_of("resourceclaims"),
-                        templates=view.dra_of("resourceclaimtemplates"), users=users,
-                        mapped=mapped)
+                        claims=view.dra_of("resourceclaims"), users=users, mapped=mapped)
 
     # ------------------------------------------------------------------ shared claims
     def shared(self, pod: Obj) -> tuple[int, str | None, bool]:
@@ -135,10 +139,10 @@ class DraState:
         """The GPUs the pod is charged for: ``count`` less what a shared claim covers."""
         return max(0, count - self.shared(pod)[0]) if self.users else count
 
-    def share_claims(self, request: PodRequest, pod: Obj) -> PodRequest:
-        """``request`` less the GPUs of shared claims, pinned to the node of an allocated
-        shared claim."""
-        off, node, _ = self.shared(pod)
+    @staticmethod
+    def share_claims(request: PodRequest, off: int, node: str | None) -> PodRequest:
+        """``request`` less ``off`` GPUs of shared claims, pinned to ``node``, that of an
+        allocated shared claim (:meth:`shared` says both)."""
         if not off and node is None:
             return request
         count = max(0, request.gpu_count - off)
@@ -221,37 +225,29 @@ class DraState:
                 shares.append(GpuShare(found[1], found[2]))
         return (node, tuple(shares)) if node and shares else None
 
-    def pod_claim_keys(self, pod: Obj) -> tuple[list[str], list[ClaimRef]]:
-        """namespace/name of each claim the pod uses, and the template refs whose claim does not
-        exist yet."""
-        ns = tr.namespace(pod)
-        generated = {str(s.get("name")): s.get("resourceClaimName")
-                     for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-                     if isinstance(s, dict)}
-        keys, waiting = [], []
+    @staticmethod
+    def pod_claim_keys(pod: Obj) -> list[str]:
+        """namespace/name of each claim the pod uses that exists (a template's once made)."""
+        ns, generated = tr.namespace(pod), _generated(pod)
+        keys: list[str] = []
         extended = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {})
         if isinstance(extended, dict) and isinstance(extended.get("resourceClaimName"), str):
             keys.append(f"{ns}/{extended['resourceClaimName']}")  # nvidia.com/gpu through DRA
         try:
             refs = pod_claims(pod)
         except ClaimProblem:
-            return keys, []
+            return keys
         for ref in refs:
             if ref.kind == CLAIM:
                 keys.append(f"{ns}/{ref.object}")
-            elif isinstance(generated.get(ref.name), str):
+            elif ref.name in generated:
                 keys.append(f"{ns}/{generated[ref.name]}")
-            else:
-                waiting.append(ref)
-        return keys, waiting
+        return keys
 
     def demand(self, pod: Obj) -> tuple[int, int] | str:
         """(GPUs, milli each) the pod's claims ask for, or why that cannot be read (a claim
         made from a template that does not exist yet: ``waiting:`` and its name)."""
-        ns = tr.namespace(pod)
-        generated = {str(s.get("name")): s.get("resourceClaimName")
-                     for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-                     if isinstance(s, dict)}
+        ns, generated = tr.namespace(pod), _generated(pod)
         lookup: dict[tuple[str, str], Obj | None] = {}
         try:
             refs = pod_claims(pod)
@@ -262,7 +258,7 @@ class DraState:
                 lookup[(CLAIM, ref.object)] = self.claims.get(f"{ns}/{ref.object}")
                 continue
             made = generated.get(ref.name)
-            claim = self.claims.get(f"{ns}/{made}") if isinstance(made, str) else None
+            claim = self.claims.get(f"{ns}/{made}") if made is not None else None
             if claim is None:
                 return (f"{WAITING}the ResourceClaim of {ref.path} (from template "
                         f"{ref.object}) is not created yet")

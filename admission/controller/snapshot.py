@@ -257,8 +257,10 @@ def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo,
         memo.pod_request(p, trust.qos_of(p, settings, info.tenant)) for p in pods]
     together = False
     if dra is not None and dra.users:  # pods naming one ResourceClaim share its GPUs
-        requests = [dra.share_claims(r, p) for r, p in zip(requests, pods, strict=True)]
-        together = any(dra.shared(p)[2] for p in pods)
+        shared = [dra.shared(p) for p in pods]
+        requests = [dra.share_claims(r, off, node)
+                    for r, (off, node, _) in zip(requests, shared, strict=True)]
+        together = any(s[2] for s in shared)
     if dra is not None and dra.where and nodes is not None:
         requests = [dra.solver_models(r, p, nodes) for r, p in zip(requests, pods, strict=True)]
     topo = None
@@ -337,7 +339,7 @@ def _claims_held(pod: Obj, dra: DraState,
     """The node and GPU shares of the pod's allocated claims (a claim another pod already
     holds adds nothing: a shared claim counts once); None when none of its claims is
     allocated with GPUs."""
-    keys, _ = dra.pod_claim_keys(pod)
+    keys = dra.pod_claim_keys(pod)
     node: str | None = None
     shares: list[GpuShare] = []
     for key in keys:

@@ -18,7 +18,6 @@ from admission.dra.claims import (
     gpu_ask,
     pod_ask,
     pod_claims,
-    referenced,
 )
 
 __all__ = [
@@ -34,5 +33,4 @@ __all__ = [
     "gpu_ask",
     "pod_ask",
     "pod_claims",
-    "referenced",
 ]

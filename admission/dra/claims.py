@@ -32,7 +32,7 @@ Pure: the claims and templates come in as API JSON; nothing here talks to the AP
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -417,28 +417,3 @@ def pod_ask(pod: Obj, lookup: Mapping[tuple[str, str], Obj | None],
         raise ClaimProblem("spec.resourceClaims", f"ask for {count} GPUs in all", "count")
     return PodAsk(count=count, models=models or frozenset(), mig=tuple(mig),
                   claims=tuple(asking))
-
-
-def referenced(pods: Iterable[Obj]) -> set[tuple[str, str, str]]:
-    """(namespace, kind, name) of every claim and template the pods name (malformed entries
-    are left out: the webhook refused them)."""
-    out: set[tuple[str, str, str]] = set()
-    for pod in pods:
-        ns = str((pod.get("metadata") or {}).get("namespace") or "")
-        try:
-            out.update((ns, r.kind, r.object) for r in pod_claims(pod))
-        except ClaimProblem:
-            continue
-    return out
-
-
-def container_claims(pod: Obj) -> Sequence[str]:
-    """Names of the pod's claims its containers use (``resources.claims[].name``)."""
-    spec = pod.get("spec") or {}
-    names: list[str] = []
-    for key in ("containers", "initContainers"):
-        for ct in spec.get(key) or []:
-            for claim in ((ct or {}).get("resources") or {}).get("claims") or []:
-                if isinstance(claim, dict) and isinstance(claim.get("name"), str):
-                    names.append(claim["name"])
-    return names

@@ -142,7 +142,7 @@ def read(source: Source, *, policy_path: str | None, berth_namespace: str = keys
 
 
 def read_dra(source: Source, notes: list[str]) -> dict[str, list[Json]]:
-    """ResourceSlices, claims and templates (GPUs through DRA); a cluster that does not serve
+    """DeviceClasses, ResourceSlices and claims (GPUs through DRA); a cluster that does not serve
     resource.k8s.io/v1 has none, and one the user may not list gets a note."""
     out: dict[str, list[Json]] = {}
     for kind in DRA_KINDS:

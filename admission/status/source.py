@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from admission.controller.api import DRA_LISTERS
+
 Json = dict[str, Any]
 
 PAGE = 500  # objects per list request
@@ -184,13 +186,8 @@ class KubeSource:
         return self._list(Request("list", "nodes", cluster_scoped=True), self.core.list_node)
 
     def list_dra(self, kind: str) -> list[Json]:
-        lister: Callable[..., Any] = {"resourceslices": self.resource.list_resource_slice,
-                  "resourceclaims": self.resource.list_resource_claim_for_all_namespaces,
-                  "resourceclaimtemplates":
-                      self.resource.list_resource_claim_template_for_all_namespaces,
-                  "deviceclasses": self.resource.list_device_class}[kind]
         return self._list(Request("list", f"{kind}.resource.k8s.io", cluster_scoped=True),
-                          lister)
+                          getattr(self.resource, DRA_LISTERS[kind]))
 
     def get_pod(self, namespace: str, name: str) -> Json:
         return self._call(Request("get", "pods", namespace, name=name),

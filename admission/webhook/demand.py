@@ -26,7 +26,6 @@ from typing import Any, NamedTuple
 
 from admission import constants as c
 from admission.dra import ClaimProblem, PodAsk, pod_ask
-from admission.dra.claims import container_claims
 from admission.dra.slices import mig_milli
 from admission.sharing import Reading, SharingAdapter, SharingError
 
@@ -427,13 +426,11 @@ def dra_demand(pod: Mapping[str, Any], annotations: Mapping[str, str],
               "initContainers": containers(spec, "initContainers")}
     if not by_key["containers"]:
         raise PodProblem("spec.containers", "a pod needs at least one container", "malformed-pod")
-    using = set(container_claims(pod))
     names = {r.name for r in ask.claims}
     slots = tuple((key, i) for key, listed in by_key.items() for i, ct in enumerate(listed)
                   if any(isinstance(x, dict) and x.get("name") in names
                          for x in ((ct.get("resources") or {}).get("claims") or [])))
-    if not using & names:
-        slots = (("containers", 0),)
+    slots = slots or (("containers", 0),)  # claims the pod holds but no container names
     models = tuple(sorted(ask.models))
     node_selector = (string_map(spec, "nodeSelector", "spec.nodeSelector")
                      if "nodeSelector" in spec else {})
