@@ -123,10 +123,13 @@ DRA_DRIVER: Final = "gpu.nvidia.com"  # the driver; also the prefix of its devic
 DRA_GPU_CLASS: Final = "gpu.nvidia.com"  # DeviceClass of whole GPUs
 DRA_MIG_CLASS: Final = "mig.nvidia.com"  # DeviceClass of MIG devices
 LABEL_GPU_CLIQUE: Final = "nvidia.com/gpu.clique"  # node label: the NVLink domain of its GPUs
-# The solver's model names of DRA GPUs (<model>@dra, <model>@dra-mig for a GPU in MIG mode):
-# models keep pods on the kind of GPU they can be bound to (admission/controller/dra.py).
+# The solver's model names of DRA GPUs (<model>@dra, <model>@dra-mig for a GPU in MIG mode,
+# <model>@dra-shared for one claims share by its memory): models keep pods on the kind of GPU
+# they can be bound to (admission/controller/dra.py).
 DRA_MODEL_SUFFIX: Final = "@dra"
 DRA_MIG_MODEL_SUFFIX: Final = "@dra-mig"
+DRA_SHARED_MODEL_SUFFIX: Final = "@dra-shared"
+DRA_MODEL_SUFFIXES: Final = (DRA_MODEL_SUFFIX, DRA_MIG_MODEL_SUFFIX, DRA_SHARED_MODEL_SUFFIX)
 
 KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"

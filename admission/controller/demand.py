@@ -81,9 +81,9 @@ def problem(pod: Obj, sharing: Sharing, dra: DraState | None = None) -> str | No
     claims in ``dra``) do not bear out the demand Berth plans it with
     (:func:`translate.pod_gpu_demand`); None when they do. Raises
     :class:`translate.TranslationError` for a value that cannot be read at all."""
-    count, milli, _memory = tr.pod_gpu_demand(pod)
+    count, milli, memory = tr.pod_gpu_demand(pod)
     if is_dra_pod(pod):
-        return _claims_problem(pod, count, milli, dra)
+        return _claims_problem(pod, count, milli, memory, dra)
     backend = tr.annotations_of(pod).get(c.ANNOTATION_SHARING) or sharing.backend
     devices = tr.pod_devices(pod)
     have = {k: v for k, v in devices.items()
@@ -99,7 +99,8 @@ def problem(pod: Obj, sharing: Sharing, dra: DraState | None = None) -> str | No
             f"({_describe(have)}; {backend} sharing would need {_describe(want[0])})")
 
 
-def _claims_problem(pod: Obj, count: int, milli: int, dra: DraState | None) -> str | None:
+def _claims_problem(pod: Obj, count: int, milli: int, memory: int,
+                    dra: DraState | None) -> str | None:
     said = f"{c.ANNOTATION_GPU_COUNT}={count}, {c.ANNOTATION_GPU_MILLI}={milli}"
     gpu = {k: v for k, v in tr.pod_devices(pod).items() if k.startswith(c.NVIDIA_PREFIX)}
     if gpu:
@@ -109,7 +110,12 @@ def _claims_problem(pod: Obj, count: int, milli: int, dra: DraState | None) -> s
     got = dra.demand(pod)
     if isinstance(got, str):
         return got
-    if got != (count, milli):
+    if got[2]:  # a share by capacity: its memory is the claim's, its milli the grid's
+        if (count, memory) != (1, got[2]) or not 0 < milli <= MILLI:
+            return (f"its GPU demand ({said}, {c.ANNOTATION_GPU_MEMORY_MIB}={memory}) is not "
+                    f"what its ResourceClaims ask for (a share of one GPU holding {got[2]} MiB)")
+        return None
+    if got[:2] != (count, milli) or memory:
         return (f"its GPU demand ({said}) is not what its ResourceClaims ask for ({got[0]} "
                 f"GPUs of {got[1]} milli)")
     return None

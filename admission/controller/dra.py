@@ -3,11 +3,14 @@ the claims that hold them, and the GPU demand of pods that ask through claims.
 
 - **Nodes**: each node's DRA GPUs (:func:`admission.dra.slices.node_devices`) follow its
   device-plugin GPUs, indexes continuing after them; a node that publishes only slices gets
-  its GPUs from them alone. A MIG device is a share of its parent GPU.
+  its GPUs from them alone. A MIG device is a share of its parent GPU. A device claims may
+  share by its memory (``allowMultipleAllocations``) is a GPU of its own kind: shares by
+  consumable capacity go there only, whole-GPU claims there or to exclusive devices.
 - **What claims hold**: every allocated claim's GPU devices are capacity held on their node,
-  charged to the tenant of the claim's namespace; a claim used by several pods (a gang's shared
-  claim) is counted once. A pod whose claims are allocated holds its claims' devices; one
-  released by Berth whose claims are not allocated yet holds Berth's plan.
+  charged to the tenant of the claim's namespace (a share by capacity: the memory the
+  allocation consumed, as a share of the device's memory); a claim used by several pods (a
+  gang's shared claim) is counted once. A pod whose claims are allocated holds its claims'
+  devices; one released by Berth whose claims are not allocated yet holds Berth's plan.
 - **Demand** of a pod whose GPUs come from claims (``berth.dev/sharing: dra``, written by the
   webhook): read again from the claims themselves, never from the pod's annotations alone. A
   claim made from a template is read once the claim exists (the resource claim controller
@@ -35,7 +38,14 @@ from admission.dra import (
     pod_claims,
 )
 from admission.dra.claims import CLAIM
-from admission.dra.slices import MIG_PARENT, NodeDevices, claim_devices, mig_milli, node_devices
+from admission.dra.slices import (
+    MIG_PARENT,
+    Device,
+    NodeDevices,
+    claim_devices,
+    mig_milli,
+    node_devices,
+)
 from solver.types import GPU, MILLI, GpuShare, Node, NodeSelectorRequirement, PodRequest
 
 #: The solver's model name of a DRA GPU: ``<model>@dra``. A pod that asks through claims can
@@ -43,15 +53,17 @@ from solver.types import GPU, MILLI, GpuShare, Node, NodeSelectorRequirement, Po
 #: on one node; models keep them apart in every solver, which already honours models.
 DRA_MODEL_SUFFIX = c.DRA_MODEL_SUFFIX
 MIG_MODEL_SUFFIX = c.DRA_MIG_MODEL_SUFFIX  # a GPU in MIG mode: only MIG devices, never whole
+SHARED_MODEL_SUFFIX = c.DRA_SHARED_MODEL_SUFFIX  # claims share it by its memory
 #: The model a pod is given when no GPU of its kind exists (it waits, and its reason says it).
 NO_GPU = {"": "(a device-plugin GPU)", DRA_MODEL_SUFFIX: "(a whole GPU published through DRA)",
-          MIG_MODEL_SUFFIX: "(a MIG device published through DRA)"}
+          MIG_MODEL_SUFFIX: "(a MIG device published through DRA)",
+          SHARED_MODEL_SUFFIX: "(a GPU published through DRA that claims share by memory)"}
 WAITING = "waiting: "  # prefix of a demand that cannot be read yet (the gang waits)
 SHARING_DRA = "dra"  # the webhook's berth.dev/sharing value for a pod whose GPUs come from claims
 
 
 def _kind(model: str) -> str:
-    for suffix in (MIG_MODEL_SUFFIX, DRA_MODEL_SUFFIX):
+    for suffix in c.DRA_MODEL_SUFFIXES:
         if model.endswith(suffix):
             return suffix
     return ""
@@ -65,6 +77,14 @@ def _generated(pod: Obj) -> dict[str, str]:
             if isinstance(s, dict) and isinstance(s.get("resourceClaimName"), str)}
 
 
+def _capacity_requests(claim: Obj) -> set[str]:
+    """Names of the claim's requests that ask for a share by capacity: a whole-GPU request
+    on a shared device holds the device whatever its policy's default consumes."""
+    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+    return {str(r.get("name")) for r in requests if isinstance(r, dict)
+            and isinstance(r.get("exactly"), dict) and r["exactly"].get("capacity") is not None}
+
+
 def is_dra_pod(pod: Obj) -> bool:
     return tr.annotations_of(pod).get(c.ANNOTATION_SHARING) == SHARING_DRA
 
@@ -75,8 +95,10 @@ class DraState:
 
     devices: dict[str, NodeDevices] = field(default_factory=dict)
     claims: Mapping[str, Obj] = field(default_factory=dict)  # namespace/name
-    # (pool, device) -> (node, GPU index, milli) once the nodes are built
-    where: dict[tuple[str, str], tuple[str, int, int]] = field(default_factory=dict)
+    # (pool, device) -> (node, GPU index, milli, MiB of a device claims share by memory, else 0)
+    # once the nodes are built
+    where: dict[tuple[str, str], tuple[str, int, int, int]] = field(default_factory=dict)
+    shared_devices: list[Device] = field(default_factory=list)  # those claims share, all nodes
     # claim namespace/name -> the live pods naming it by resourceClaimName, sorted: the first
     # is charged for its GPUs, the others share them
     users: dict[str, list[str]] = field(default_factory=dict)
@@ -165,15 +187,17 @@ class DraState:
         for i, dev in enumerate(found.gpus):
             index = start + i
             clique = dev.clique or node.labels.get(c.LABEL_GPU_CLIQUE) or None
-            in_mig_mode = dev.name.startswith(MIG_PARENT)
-            gpus.append(GPU(index=index, model=dev.model + (MIG_MODEL_SUFFIX if in_mig_mode
-                                                            else DRA_MODEL_SUFFIX),
-                            memory_mib=dev.memory_mib,
+            suffix = (MIG_MODEL_SUFFIX if dev.name.startswith(MIG_PARENT)
+                      else SHARED_MODEL_SUFFIX if dev.shared else DRA_MODEL_SUFFIX)
+            gpus.append(GPU(index=index, model=dev.model + suffix, memory_mib=dev.memory_mib,
                             nvlink_domain=clique))
-            self.where[(dev.pool, dev.name)] = (node.name, index, MILLI)
+            self.where[(dev.pool, dev.name)] = (node.name, index, MILLI,
+                                                dev.memory_mib if dev.shared else 0)
+            if dev.shared:
+                self.shared_devices.append(dev)
             for mig in found.mig.get(dev.uuid, ()):
                 self.where[(mig.pool, mig.name)] = (node.name, index, mig_milli(mig.profile)
-                                                    or MILLI)
+                                                    or MILLI, 0)
         return replace(node, gpus=tuple(gpus))
 
     def solver_models(self, request: PodRequest, pod: Obj,
@@ -183,11 +207,18 @@ class DraState:
         if not self.where or request.gpu_count == 0:
             return request
         if is_dra_pod(pod):
-            suffix = MIG_MODEL_SUFFIX if request.gpu_milli < MILLI else DRA_MODEL_SUFFIX
+            suffixes: tuple[str, ...] = (DRA_MODEL_SUFFIX, SHARED_MODEL_SUFFIX)  # whole GPUs
+            if request.gpu_milli < MILLI:
+                suffixes = ((SHARED_MODEL_SUFFIX,) if request.gpu_memory_mib
+                            else (MIG_MODEL_SUFFIX,))
             if request.models:
-                models = frozenset(m + suffix for m in request.models)
+                models = frozenset(m + s for m in request.models for s in suffixes)
             else:  # no such GPU anywhere: a model no GPU has (the pod waits, saying so)
-                models = self._models(nodes, suffix) or frozenset({NO_GPU[suffix]})
+                models = (frozenset().union(*(self._models(nodes, s) for s in suffixes))
+                          or frozenset({NO_GPU[suffixes[-1]]}))
+            if suffixes == (SHARED_MODEL_SUFFIX,):
+                return replace(request, models=models,
+                               gpu_memory_mib=self.consumed_mib(request.gpu_memory_mib, models))
         elif self.mapped:  # nvidia.com/gpu through the device plugin or through DRA
             models = (request.models | {m + DRA_MODEL_SUFFIX for m in request.models}
                       if request.models else
@@ -199,9 +230,19 @@ class DraState:
             models = self._models(nodes, "") or frozenset({NO_GPU[""]})
         return replace(request, models=models)
 
+    def consumed_mib(self, mib: int, models: frozenset[str]) -> int:
+        """The memory a share asking for ``mib`` is planned with: the most any shared device of
+        ``models`` would consume for it after its request policy (the scheduler rounds up
+        there), so a plan Berth makes fits whichever such device the allocator picks."""
+        most = mib
+        for dev in self.shared_devices:
+            if dev.model + SHARED_MODEL_SUFFIX in models:
+                most = max(most, dev.consumed_mib(mib) or mib)
+        return most
+
     def _models(self, nodes: Mapping[str, Node], suffix: str) -> frozenset[str]:
-        """The models of the GPUs of one kind: ``suffix`` "" (device plugin), "@dra" or
-        "@dra-mig"."""
+        """The models of the GPUs of one kind: ``suffix`` "" (device plugin), "@dra",
+        "@dra-mig" or "@dra-shared"."""
         found = self._model_sets.get(suffix)
         if found is None:
             found = self._model_sets[suffix] = frozenset(
@@ -216,13 +257,21 @@ class DraState:
         if claim is None:
             return None
         node, shares = None, []
+        by_capacity: set[str] | None = None
         for dev in claim_devices(claim):
             found = self.where.get((dev.pool, dev.device))
             if found is None:
                 continue
             node = node or found[0]
-            if found[0] == node:
-                shares.append(GpuShare(found[1], found[2]))
+            if found[0] != node:
+                continue
+            milli, memory = found[2], found[3]
+            if memory and dev.consumed_mib:
+                if by_capacity is None:
+                    by_capacity = _capacity_requests(claim)
+                if dev.request in by_capacity:  # a share: what it consumed of the memory
+                    milli = min(MILLI, max(1, -(-dev.consumed_mib * MILLI // memory)))
+            shares.append(GpuShare(found[1], milli))
         return (node, tuple(shares)) if node and shares else None
 
     @staticmethod
@@ -244,9 +293,11 @@ class DraState:
                 keys.append(f"{ns}/{generated[ref.name]}")
         return keys
 
-    def demand(self, pod: Obj) -> tuple[int, int] | str:
-        """(GPUs, milli each) the pod's claims ask for, or why that cannot be read (a claim
-        made from a template that does not exist yet: ``waiting:`` and its name)."""
+    def demand(self, pod: Obj) -> tuple[int, int, int] | str:
+        """(GPUs, milli each, MiB of GPU memory) the pod's claims ask for, or why that cannot
+        be read (a claim made from a template that does not exist yet: ``waiting:`` and its
+        name). A share by capacity is (1, 0, its memory): its milli is the policy grid's
+        (the webhook's), which is not the claim's to say."""
         ns, generated = tr.namespace(pod), _generated(pod)
         lookup: dict[tuple[str, str], Obj | None] = {}
         try:
@@ -272,6 +323,8 @@ class DraState:
         if ask.mig:
             if ask.count or len(ask.mig) != 1 or not mig_milli(ask.mig[0]):
                 return "its ResourceClaims ask for MIG devices Berth cannot plan"
-            return 1, mig_milli(ask.mig[0])
-        return ask.count, MILLI
+            return 1, mig_milli(ask.mig[0]), 0
+        if ask.memory_mib:
+            return 1, 0, ask.memory_mib
+        return ask.count, MILLI, 0
 

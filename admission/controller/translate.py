@@ -429,7 +429,7 @@ def node_from_api(node: Obj, topology_keys: Mapping[str, str]) -> Node:
         raise TranslationError(f"{where}: {exc}") from None
 
 
-_DRA_SUFFIXES = (c.DRA_MODEL_SUFFIX, c.DRA_MIG_MODEL_SUFFIX)
+_DRA_SUFFIXES = c.DRA_MODEL_SUFFIXES
 
 
 def running_from_pod(pod: Obj, node: Node, taken: Mapping[int, int], *,

@@ -20,9 +20,10 @@ planning it would place the pod on a node where the scheduler's allocator may fi
   ``device.driver == "gpu.nvidia.com"``; any other expression is refused, naming the forms
   Berth reads;
 - ``exactly.adminAccess: true`` refused (it reaches devices other pods use);
-- ``exactly.capacity`` (a consumable share of a device) refused: Berth does not plan
-  consumable capacity yet; a MIG device, or Berth's ``gpu-fraction`` annotation on the
-  device-plugin path, asks for a share;
+- ``exactly.capacity.requests.memory`` (consumable capacity, Kubernetes 1.36+): a share of one
+  GPU holding that much of its memory, on a device the driver lets several claims share
+  (``allowMultipleAllocations``); read with ``count`` 1, for the GPU classes only (a MIG
+  device is a share already), and no other capacity is read (refused, naming it);
 - ``firstAvailable`` (alternatives) refused: ask for one class;
 - ``spec.devices.constraints`` on a GPU request refused.
 
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from admission import constants as c
-from admission.dra.slices import model_name
+from admission.dra.slices import model_name, quantity_mib
 
 Obj = Mapping[str, Any]
 
@@ -92,11 +93,14 @@ class ClaimRef:
 @dataclass(frozen=True, slots=True)
 class GpuAsk:
     """What one claim asks of GPUs: ``count`` whole GPUs of any of ``models`` (empty: any),
-    and ``mig`` MIG devices (one entry per device: its profile, or "" for any)."""
+    and ``mig`` MIG devices (one entry per device: its profile, or "" for any). With
+    ``memory_mib``, ``count`` is 1 and the claim asks for a share of one GPU holding that much
+    of its memory (consumable capacity)."""
 
     count: int = 0
     models: frozenset[str] = frozenset()
     mig: tuple[str, ...] = ()
+    memory_mib: int = 0
 
     @property
     def empty(self) -> bool:
@@ -106,12 +110,14 @@ class GpuAsk:
 @dataclass(frozen=True, slots=True)
 class PodAsk:
     """A pod's GPU demand through DRA: whole GPUs and MIG devices summed over its claims,
-    the models every claim allows (intersected), and the claims that ask for GPUs."""
+    the models every claim allows (intersected), and the claims that ask for GPUs; or, with
+    ``memory_mib``, a share of one GPU by consumable capacity (``count`` 1)."""
 
     count: int
     models: frozenset[str]
     mig: tuple[str, ...]
     claims: tuple[ClaimRef, ...]  # the pod's claims that ask for GPUs (templates and claims)
+    memory_mib: int = 0
 
     @property
     def devices(self) -> int:
@@ -302,7 +308,7 @@ def gpu_ask(spec: Obj, where: str, classes: Classes = DEFAULT_CLASSES) -> GpuAsk
         raise ClaimProblem(f"{where}.devices.requests",
                            f"has {len(requests)} requests; Berth reads at most {MAX_REQUESTS}",
                            "malformed")
-    count, gpu_requests = 0, []
+    count, gpu_requests, memory = 0, [], 0
     mig: list[str] = []
     models: frozenset[str] | None = None
     for i, raw in enumerate(requests):
@@ -332,13 +338,20 @@ def gpu_ask(spec: Obj, where: str, classes: Classes = DEFAULT_CLASSES) -> GpuAsk
             raise ClaimProblem(f"{path}.exactly.adminAccess",
                                "gives access to devices other pods hold; tenants' pods may not "
                                "ask for it", "admin-access")
-        if exactly.get("capacity") is not None:
-            raise ClaimProblem(f"{path}.exactly.capacity",
-                               "asks for a consumable share of a device, which Berth does not "
-                               "plan yet; ask for whole GPUs, for a MIG device (class "
-                               f"{c.DRA_MIG_CLASS}), or for a share with the annotation "
-                               f"{c.ANNOTATION_FRACTION} on {c.RESOURCE_GPU}", "capacity")
         n = _count(exactly.get("count"), f"{path}.exactly.count")
+        if exactly.get("capacity") is not None:
+            if cls in classes.mig:
+                raise ClaimProblem(f"{path}.exactly.capacity",
+                                   "asks for a share of a MIG device, which is a share of its "
+                                   "GPU already; drop capacity and name the MIG profile",
+                                   "capacity")
+            if n != 1 or memory or count or mig:
+                raise ClaimProblem(f"{path}.exactly.capacity",
+                                   "asks for a share of a GPU with other GPUs in one claim; a "
+                                   "share by capacity is one device (count 1) and the claim's "
+                                   "only GPU request", "capacity")
+            memory = _capacity_memory(exactly["capacity"], f"{path}.exactly.capacity",
+                                      classes.driver)
         allowed: dict[str, frozenset[str]] = {}
         for j, sel in enumerate(_list(exactly.get("selectors"), f"{path}.exactly.selectors")):
             spath = f"{path}.exactly.selectors[{j}].cel.expression"
@@ -373,6 +386,10 @@ def gpu_ask(spec: Obj, where: str, classes: Classes = DEFAULT_CLASSES) -> GpuAsk
                                f"for MIG devices with class {sorted(classes.mig)[0]}", "selector")
         else:
             count += n
+    if memory and (count != 1 or mig):
+        raise ClaimProblem(f"{where}.devices.requests",
+                           "ask for GPUs next to a share of a GPU by capacity; a share by "
+                           "capacity is the claim's only GPU request", "capacity")
     if gpu_requests:
         for i, raw in enumerate(_list(devices.get("constraints"), f"{where}.devices.constraints")):
             cons = _mapping(raw, f"{where}.devices.constraints[{i}]")
@@ -382,7 +399,29 @@ def gpu_ask(spec: Obj, where: str, classes: Classes = DEFAULT_CLASSES) -> GpuAsk
                                    "constrains GPU requests, which Berth cannot plan; drop the "
                                    "constraint (Berth keeps a pod's GPUs on one node and its "
                                    "gang together by the policy's topology)", "constraints")
-    return GpuAsk(count=count, models=models or frozenset(), mig=tuple(mig))
+    return GpuAsk(count=count, models=models or frozenset(), mig=tuple(mig), memory_mib=memory)
+
+
+def _capacity_memory(raw: object, path: str, driver: str) -> int:
+    """MiB of GPU memory a request's ``capacity`` asks for (rounded up to whole MiB)."""
+    cap = _mapping(raw, path)
+    requests = _mapping(cap.get("requests"), f"{path}.requests")
+    names = ("memory", f"{driver}/memory")
+    for key in requests:
+        if key not in names:
+            raise ClaimProblem(f"{path}.requests[{str(key)[:63]}]",
+                               "is a capacity Berth does not plan; a share of a GPU is asked "
+                               "for by its memory (capacity.requests.memory)", "capacity")
+    found = [requests[k] for k in names if k in requests]
+    if len(found) != 1:
+        raise ClaimProblem(f"{path}.requests", "must ask for the GPU's memory once "
+                                               "(memory: 40Gi)", "capacity")
+    mib = quantity_mib(found[0], up=True)
+    if mib <= 0:
+        raise ClaimProblem(f"{path}.requests.memory",
+                           f"must be a positive quantity of memory such as 40Gi, got "
+                           f"{found[0]!r:.40}", "capacity")
+    return mib
 
 
 def pod_ask(pod: Obj, lookup: Mapping[tuple[str, str], Obj | None],
@@ -390,7 +429,7 @@ def pod_ask(pod: Obj, lookup: Mapping[tuple[str, str], Obj | None],
     """The pod's GPU demand through its claims, or None when none asks for GPUs. ``lookup``
     maps (kind, name) to the claim or template object of the pod's namespace, None when it
     does not exist (refused: Berth cannot know what it asks)."""
-    count, asking = 0, []
+    count, asking, memory = 0, [], 0
     mig: list[str] = []
     models: frozenset[str] | None = None
     for ref in pod_claims(pod):
@@ -403,6 +442,12 @@ def pod_ask(pod: Obj, lookup: Mapping[tuple[str, str], Obj | None],
         if ask.empty:
             continue
         asking.append(ref)
+        if ask.memory_mib or memory:
+            if asking[:-1]:
+                raise ClaimProblem(ref.path, "asks for GPUs next to a share of a GPU by capacity "
+                                             "in another claim; a pod takes whole GPUs or one "
+                                             "share", "capacity")
+            memory = ask.memory_mib
         count += ask.count
         mig += ask.mig
         if ask.models:
@@ -416,4 +461,4 @@ def pod_ask(pod: Obj, lookup: Mapping[tuple[str, str], Obj | None],
     if count > MAX_COUNT:
         raise ClaimProblem("spec.resourceClaims", f"ask for {count} GPUs in all", "count")
     return PodAsk(count=count, models=models or frozenset(), mig=tuple(mig),
-                  claims=tuple(asking))
+                  claims=tuple(asking), memory_mib=memory)

@@ -6,7 +6,9 @@ of the GPU driver (:data:`admission.constants.DRA_DRIVER`) that name one node:
 
 - a device whose ``type`` attribute is ``gpu`` is a whole GPU: its model from ``productName``,
   its memory from the ``memory`` capacity, its NVLink domain from a ``clique`` attribute
-  (else the node's ``nvidia.com/gpu.clique`` label, as the caller passes it);
+  (else the node's ``nvidia.com/gpu.clique`` label, as the caller passes it); one with
+  ``allowMultipleAllocations: true`` may be shared by claims that ask for part of its memory
+  (consumable capacity), rounded up by the memory's ``requestPolicy`` as the scheduler does;
 - a device whose ``type`` is ``mig`` is a MIG device of the GPU its ``parentUUID`` names
   (``profile``, ``memory``); MIG devices of a GPU the slices do not list as a whole GPU (a
   GPU in MIG mode is published as its MIG devices only) make one GPU of their parent.
@@ -21,7 +23,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from admission import constants as c
@@ -32,6 +34,7 @@ _QUANTITY = re.compile(r"([0-9]{1,15})(Ki|Mi|Gi|Ti|k|M|G|T)?")
 _SCALE = {None: 1, "Ki": 1024, "Mi": 1024 ** 2, "Gi": 1024 ** 3, "Ti": 1024 ** 4,
           "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
 _MIG_PROFILE = re.compile(r"([1-7])g\.([0-9]{1,4})gb(?:\+.*)?")
+MIB = 1024 ** 2
 MIG_PARENT = "mig-parent:"  # the name prefix of a GPU known only by its MIG devices
 MIG_COMPUTE_SLICES = 7  # compute slices of a MIG-capable GPU (A100, H100, H200, B200)
 
@@ -49,6 +52,24 @@ class Device:
     parent: str = ""  # MIG: the parent GPU's uuid
     profile: str = ""  # MIG: the profile (1g.10gb)
     clique: str | None = None
+    shared: bool = False  # allowMultipleAllocations: claims share it by its memory
+    # the memory's requestPolicy, MiB: valid values (ascending), or (min, max, step), 0: unset
+    valid_values: tuple[int, ...] = ()
+    valid_range: tuple[int, int, int] | None = None
+
+    def consumed_mib(self, mib: int) -> int | None:
+        """The memory a claim asking for ``mib`` consumes of this shared device, after the
+        request policy; None when the policy (or the device's memory) cannot grant it."""
+        if self.valid_values:
+            return next((v for v in self.valid_values if v >= mib), None)
+        if self.valid_range is not None:
+            low, high, step = self.valid_range
+            mib = max(mib, low)
+            if step:
+                mib = low + -(-(mib - low) // step) * step
+            if high and mib > high:
+                return None
+        return mib if not self.memory_mib or mib <= self.memory_mib else None
 
 
 @dataclass(slots=True)
@@ -81,24 +102,42 @@ def model_name(product: str) -> str:
     return "-".join(product.split())
 
 
-def quantity_mib(raw: object) -> int:
-    """MiB in a capacity quantity (``80Gi``, ``85899345920``); 0 when unreadable."""
+def quantity_mib(raw: object, *, up: bool = False) -> int:
+    """MiB in a capacity quantity (``80Gi``, ``85899345920``), rounded down (``up``: up);
+    0 when unreadable."""
     if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
-        return raw // (1024 ** 2)
-    if not isinstance(raw, str):
+        value = raw
+    elif isinstance(raw, str) and (m := _QUANTITY.fullmatch(raw)):
+        value = int(m.group(1)) * _SCALE[m.group(2)]
+    else:
         return 0
-    m = _QUANTITY.fullmatch(raw)
-    if not m:
-        return 0
-    return int(m.group(1)) * _SCALE[m.group(2)] // (1024 ** 2)
+    return -(-value // MIB) if up else value // MIB
 
 
 def _memory(device: Obj) -> int:
+    mem = _memory_capacity(device)
+    return quantity_mib(mem.get("value"))
+
+
+def _memory_capacity(device: Obj) -> Obj:
     cap = device.get("capacity") or {}
-    if not isinstance(cap, dict):
-        return 0
-    mem = cap.get("memory")
-    return quantity_mib(mem.get("value") if isinstance(mem, dict) else None)
+    mem = cap.get("memory") if isinstance(cap, dict) else None
+    return mem if isinstance(mem, dict) else {}
+
+
+def _policy(device: Obj) -> tuple[tuple[int, ...], tuple[int, int, int] | None]:
+    """The memory capacity's request policy in MiB: (valid values, (min, max, step))."""
+    policy = _memory_capacity(device).get("requestPolicy")
+    if not isinstance(policy, dict):
+        return (), None
+    values = policy.get("validValues")
+    if isinstance(values, list) and values:
+        return tuple(sorted(quantity_mib(v, up=True) for v in values)), None
+    span = policy.get("validRange")
+    if isinstance(span, dict):
+        return (), (quantity_mib(span.get("min"), up=True), quantity_mib(span.get("max")),
+                    quantity_mib(span.get("step"), up=True))
+    return (), None
 
 
 def mig_milli(profile: str) -> int:
@@ -167,6 +206,9 @@ def node_devices(slices: Iterable[Obj], driver: str = c.DRA_DRIVER) -> dict[str,
                        memory_mib=_memory(dev), uuid=uuid if isinstance(uuid, str) else "",
                        clique=clique if isinstance(clique, str) and clique else None)
             if kind == "gpu":
+                if dev.get("allowMultipleAllocations") is True and d.memory_mib:
+                    values, span = _policy(dev)
+                    d = replace(d, shared=True, valid_values=values, valid_range=span)
                 entry.gpus.append(d)
             else:
                 parent = _attr(dev, "parentUUID", driver)
@@ -195,11 +237,15 @@ def _natural(name: str) -> tuple[Any, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Allocated:
-    """A device a claim holds: ``(driver, pool, device)`` as the allocation names it."""
+    """A device a claim holds: ``(driver, pool, device)`` as the allocation names it, the
+    claim's request it was allocated for, and the memory it consumes of a shared device
+    (``consumedCapacity``; 0 when not recorded)."""
 
     driver: str
     pool: str
     device: str
+    request: str = ""
+    consumed_mib: int = 0
 
 
 def claim_devices(claim: Obj, driver: str = c.DRA_DRIVER) -> list[Allocated]:
@@ -209,7 +255,10 @@ def claim_devices(claim: Obj, driver: str = c.DRA_DRIVER) -> list[Allocated]:
     out = []
     for r in results or []:
         if isinstance(r, dict) and r.get("driver") == driver and isinstance(r.get("device"), str):
-            out.append(Allocated(driver, str(r.get("pool") or ""), r["device"]))
+            consumed = r.get("consumedCapacity")
+            mib = quantity_mib(consumed.get("memory"), up=True) if isinstance(consumed, dict) else 0
+            out.append(Allocated(driver, str(r.get("pool") or ""), r["device"],
+                                 str(r.get("request") or ""), mib))
     return out
 
 

@@ -41,7 +41,7 @@ def solver_qos(q: QoSClass) -> QoSProfile:
 
 
 def _names(model: str) -> tuple[str, ...]:
-    return model, model + c.DRA_MODEL_SUFFIX, model + c.DRA_MIG_MODEL_SUFFIX
+    return model, *(model + suffix for suffix in c.DRA_MODEL_SUFFIXES)
 
 
 def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:

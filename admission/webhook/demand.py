@@ -440,7 +440,11 @@ def dra_demand(pod: Mapping[str, Any], annotations: Mapping[str, str],
         if not models:
             raise PodProblem(path, "allows no GPU model that the pod's node selector or "
                                    f"{c.ANNOTATION_GPU_MODELS} allows", "dra-selector")
+    memory_path = None
+    if ask.memory_mib:  # a share by consumable capacity: its memory, turned into a share
+        memory_path = f"{path} (capacity.requests.memory)"
     return GpuDemand(count=ask.count or 1, fraction=None if milli == 1000 else milli / 1000,
-                     fraction_path=path if milli < 1000 else None, memory_mib=0,
+                     fraction_path=path if milli < 1000 else None, memory_mib=ask.memory_mib,
+                     memory_path=memory_path,
                      container=slots[0], gpu_containers=slots, models=models,
                      containers=by_key, gpu_counts={}, models_path=path, dra=ask)

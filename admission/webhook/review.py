@@ -371,6 +371,8 @@ def _admit(
     if demand.dra is not None:  # the claims ask; the scheduler's DRA allocator hands out
         milli = round(demand.fraction * 1000) if demand.fraction is not None else 1000
         count = demand.count
+        if demand.memory_mib:  # consumable capacity: the share of memory it holds
+            milli = _capacity_share(demand, models, ctx, problems)
         translation = Translation(milli=milli)
     elif direct is not None:  # the backend's own resources, kept as the pod wrote them
         milli, count = _direct_share(demand, direct, models, ctx, problems), 1
@@ -546,6 +548,23 @@ def _direct_share(demand: GpuDemand, direct: Reading, models: tuple[str, ...],
     if direct.on_grid:
         _on_grid(direct.milli, demand.fraction_path, ctx, problems)
     return direct.milli
+
+
+def _capacity_share(demand: GpuDemand, models: tuple[str, ...], ctx: ReviewContext,
+                    problems: list[PodProblem]) -> int:
+    """The milli-GPU of a share by consumable capacity: the part of the smallest allowed
+    model's memory it asks for, rounded up to a milli and not to the fraction grid (the driver
+    hands out memory, not the backend's slots; a grid would hold more than the device gives)."""
+    smallest = _smallest_memory(models, ctx)
+    if not _memory_fits(demand, smallest, problems):
+        return 1000
+    if smallest is None:
+        problems.append(PodProblem(
+            demand.memory_path or "spec.resourceClaims",
+            "cannot turn GPU memory into a share: the policy declares no gpuModels with their "
+            "memory; ask the cluster admin to declare them", "bad-gpu-memory"))
+        return 1000
+    return min(1000, max(1, math.ceil(demand.memory_mib * 1000 / smallest)))
 
 
 def _share(

@@ -357,3 +357,161 @@ def test_the_policys_gpu_model_watts_hold_for_dra_gpus() -> None:
         for name in (m.name + "@dra", m.name + "@dra-mig"):
             assert solver_policy.idle_watts[name] == m.idle_watts
             assert solver_policy.active_watts[name] == m.active_watts
+
+
+# ---------------------------------------------------------------- shares by consumable capacity
+def shared_slice(node_name: str, gpus: int, *,
+                 policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``gpus`` GPUs that claims may share by their memory (allowMultipleAllocations)."""
+    s = slice_of(node_name, gpus)
+    for dev in s["spec"]["devices"]:
+        dev["allowMultipleAllocations"] = True
+        if policy is not None:
+            dev["capacity"]["memory"]["requestPolicy"] = policy
+    return s
+
+
+def share_claim(name: str, memory: str, *, node_name: str | None = None,
+                device: str = "gpu-0", consumed: str | None = None) -> dict[str, Any]:
+    obj = claim(name, 1, node_name=node_name, devices=[device] if node_name else None)
+    obj["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {
+        "requests": {"memory": memory}}
+    if node_name is not None:
+        (result,) = obj["status"]["allocation"]["devices"]["results"]
+        result["consumedCapacity"] = {"memory": consumed or memory}
+    return obj
+
+
+def share_pod(name: str, memory_mib: int, milli: int, **kw: Any) -> dict[str, Any]:
+    """A pod as the webhook admits it when its claim asks for ``memory_mib`` by capacity."""
+    p = dra_pod(name, 1, milli=milli, **kw)
+    p["metadata"]["annotations"][c.ANNOTATION_GPU_MEMORY_MIB] = str(memory_mib)
+    return p
+
+
+def released(api: FakeApi, key: str) -> tuple[str | None, str | None]:
+    """(node, GPU indexes) Berth wrote on a released pod; (None, None) while gated."""
+    if c.SCHEDULING_GATE in gates(api, key):
+        return None, None
+    ann = api.pods[key]["metadata"]["annotations"]
+    return pinned_node(api, key), ann.get(c.ANNOTATION_ASSIGNED_GPUS)
+
+
+def test_slices_read_shared_devices_and_their_request_policy() -> None:
+    step = {"default": "8Gi", "validRange": {"min": "8Gi", "max": "80Gi", "step": "8Gi"}}
+    (gpu,) = node_devices([shared_slice("n0", 1, policy=step)])["n0"].gpus
+    assert gpu.shared and gpu.valid_range == (8192, 81920, 8192)
+    assert gpu.consumed_mib(1) == 8192 and gpu.consumed_mib(20 * 1024) == 24 * 1024
+    assert gpu.consumed_mib(81 * 1024) is None
+    values = {"default": "10Gi", "validValues": ["10Gi", "40Gi", "80Gi"]}
+    (gpu,) = node_devices([shared_slice("n0", 1, policy=values)])["n0"].gpus
+    assert gpu.consumed_mib(11 * 1024) == 40 * 1024 and gpu.consumed_mib(90 * 1024) is None
+    (gpu,) = node_devices([shared_slice("n0", 1)])["n0"].gpus
+    assert gpu.consumed_mib(40 * 1024) == 40 * 1024 and gpu.consumed_mib(81 * 1024) is None
+    (plain,) = node_devices([slice_of("n0", 1)])["n0"].gpus
+    assert not plain.shared
+
+
+def test_two_shares_by_capacity_meet_on_one_shared_gpu_and_a_third_waits() -> None:
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", shared_slice("dra-0", 1))
+    for i in range(3):
+        api.add_pod(share_pod(f"s{i}", 40 * 1024, 500))
+        api.add_dra("resourceclaims", share_claim(f"s{i}-gpu", "40Gi"))
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    clock.advance(10)
+    report = ctl.run_cycle()
+    assert report.admitted == 2, report
+    placed = [released(api, f"team-a/s{i}") for i in range(3)]
+    assert sorted(placed, key=str) == [("dra-0", "0"), ("dra-0", "0"), (None, None)], placed
+
+
+def test_a_share_by_capacity_never_goes_to_an_exclusive_gpu() -> None:
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", slice_of("dra-0", 8))  # whole GPUs only
+    api.add_pod(share_pod("s0", 40 * 1024, 500))
+    api.add_dra("resourceclaims", share_claim("s0-gpu", "40Gi"))
+    api.add_pod(dra_pod("whole", 1))
+    api.add_dra("resourceclaims", claim("whole-gpu", 1))
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    clock.advance(10)
+    ctl.run_cycle()
+    assert released(api, "team-a/s0") == (None, None)
+    assert released(api, "team-a/whole")[0] == "dra-0"
+
+
+def test_a_whole_gpu_claim_may_take_a_shared_gpu_and_holds_all_of_it() -> None:
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", shared_slice("dra-0", 1))
+    # a running whole-GPU claim on the shared device: its policy's default consumed little,
+    # but the claim asked for the device, so it holds all of it
+    held = claim("whole-gpu", 1, node_name="dra-0", devices=["gpu-0"], pods=["whole"])
+    held["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = {"memory": "1Gi"}
+    api.add_dra("resourceclaims", held)
+    api.add_pod(dra_pod("whole", 1, gated=False, node_name="dra-0"))
+    api.add_pod(share_pod("s0", 10 * 1024, 125))
+    api.add_dra("resourceclaims", share_claim("s0-gpu", "10Gi"))
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    clock.advance(10)
+    assert ctl.run_cycle().admitted == 0
+    assert released(api, "team-a/s0") == (None, None)
+
+
+def test_an_allocated_share_holds_the_memory_it_consumed() -> None:
+    # 48Gi consumed (the device's policy rounded a 40Gi request up): 32Gi are left
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", shared_slice("dra-0", 1))
+    api.add_dra("resourceclaims", share_claim("r0-gpu", "40Gi", node_name="dra-0",
+                                              consumed="48Gi"))
+    api.add_pod(share_pod("r0", 40 * 1024, 500, gated=False, node_name="dra-0"))
+    api.add_pod(share_pod("big", 40 * 1024, 500))
+    api.add_dra("resourceclaims", share_claim("big-gpu", "40Gi"))
+    api.add_pod(share_pod("small", 30 * 1024, 375))
+    api.add_dra("resourceclaims", share_claim("small-gpu", "30Gi"))
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    built = build(ctl.inventory.view(), ctl.settings, clock())
+    (running,) = [r for r in built.snapshot.running if r.name == "team-a/r0"]
+    assert [(s.index, s.milli) for s in running.gpus] == [(0, 600)]
+    clock.advance(10)
+    ctl.run_cycle()
+    assert released(api, "team-a/big") == (None, None)
+    assert released(api, "team-a/small") == ("dra-0", "0")
+
+
+def test_the_devices_request_policy_rounds_the_planned_memory_up() -> None:
+    # steps of 32Gi: a 40Gi share consumes 64Gi, so two do not fit on one 80Gi GPU
+    step = {"default": "32Gi", "validRange": {"min": "32Gi", "step": "32Gi"}}
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", shared_slice("dra-0", 1, policy=step))
+    for i in range(2):
+        api.add_pod(share_pod(f"s{i}", 40 * 1024, 500))
+        api.add_dra("resourceclaims", share_claim(f"s{i}-gpu", "40Gi"))
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    clock.advance(10)
+    assert ctl.run_cycle().admitted == 1
+
+
+def test_a_share_whose_memory_annotation_differs_from_its_claim_is_never_released() -> None:
+    api = FakeApi()
+    api.add_node(slice_only_node("dra-0"))
+    api.add_dra("resourceslices", shared_slice("dra-0", 1))
+    api.add_pod(share_pod("s0", 10 * 1024, 125))  # says 10Gi
+    api.add_dra("resourceclaims", share_claim("s0-gpu", "70Gi"))  # the claim asks for 70Gi
+    clock = FakeClock()
+    ctl = controller(api, clock)
+    built = build(ctl.inventory.view(), ctl.settings, clock())
+    (info,) = built.gangs.values()
+    assert info.state == GangState.BROKEN
+    assert "a share of one GPU holding 71680 MiB" in (info.error or "")
+    clock.advance(10)
+    assert ctl.run_cycle().admitted == 0

@@ -145,7 +145,12 @@ def test_a_mig_device_is_a_share_of_its_gpu() -> None:
 @pytest.mark.parametrize(("extra", "words"), [
     ({"allocationMode": "All"}, "use ExactCount"),
     ({"adminAccess": True}, "tenants' pods may not ask for it"),
-    ({"capacity": {"requests": {"memory": "10Gi"}}}, "consumable share"),
+    ({"capacity": {"requests": {"cores": "10"}}}, "capacity Berth does not plan"),
+    ({"capacity": {"requests": {"memory": "lots"}}}, "positive quantity of memory"),
+    ({"capacity": {"requests": {"memory": "0"}}}, "positive quantity of memory"),
+    ({"capacity": {"requests": {}}}, "must ask for the GPU's memory once"),
+    ({"capacity": {"requests": {"memory": "200Gi"}}}, "more than a 81920 MiB GPU holds"),
+    ({"capacity": "40Gi"}, "must be a mapping"),
 ])
 def test_what_berth_cannot_plan_is_refused(extra: dict[str, Any], words: str) -> None:
     objects = {(TEMPLATE, "gpus"): template(gpus(1, **extra))}
@@ -281,3 +286,60 @@ def test_a_webhook_without_api_access_refuses_claim_pods_saying_why(tmp_path: An
     # a pod out of Berth's namespaces, or naming no claim, costs no read at all
     assert asyncio.run(_claims_for(state, pod_request(by_template(), namespace="other"))) is None
     assert asyncio.run(_claims_for(state, pod_request([]))) is None
+
+
+def share(memory: str, count: int = 1, **extra: Any) -> dict[str, Any]:
+    return gpus(count, capacity={"requests": {"memory": memory}}, **extra)
+
+
+def test_a_share_by_consumable_capacity_is_its_part_of_the_memory() -> None:
+    decision, pod = decide(pod_request(by_template()),
+                           {(TEMPLATE, "gpus"): template(share("40Gi"))})
+    assert decision.outcome == "mutated", decision.response
+    ann = pod["metadata"]["annotations"]
+    assert ann[c.ANNOTATION_GPU_COUNT] == "1" and ann[c.ANNOTATION_GPU_MILLI] == "500"
+    assert ann[c.ANNOTATION_GPU_MEMORY_MIB] == str(40 * 1024)
+    assert ann[c.ANNOTATION_SHARING] == "dra"
+    assert pod["spec"]["schedulingGates"] == [{"name": c.SCHEDULING_GATE}]
+    assert "limits" not in pod["spec"]["containers"][0]["resources"]
+    # 10Gi of an 80Gi GPU: 0.125, not rounded to the grid (the driver hands out memory)
+    decision, pod = decide(pod_request(by_template()),
+                           {(TEMPLATE, "gpus"): template(share("10Gi"))})
+    assert pod["metadata"]["annotations"][c.ANNOTATION_GPU_MILLI] == "125"
+    decision, pod = decide(pod_request(by_template()),
+                           {(TEMPLATE, "gpus"): template(share("80Gi"))})
+    assert pod["metadata"]["annotations"][c.ANNOTATION_GPU_MILLI] == "1000"
+
+
+@pytest.mark.parametrize(("spec", "words"), [
+    (template(share("40Gi", 2)), "count 1"),
+    (template(gpus(1), share("40Gi")), "other GPUs in one claim"),
+    (template(share("40Gi"), gpus(1)), "the claim's only GPU request"),
+    (template(share("40Gi", cls=c.DRA_MIG_CLASS)), "a share of a MIG device"),
+])
+def test_a_share_by_capacity_is_one_device_alone(spec: dict[str, Any], words: str) -> None:
+    decision, _ = decide(pod_request(by_template()), {(TEMPLATE, "gpus"): spec})
+    assert words in message(decision)
+
+
+def test_a_share_by_capacity_next_to_another_claims_gpus_is_refused() -> None:
+    claims = [{"name": "a", "resourceClaimTemplateName": "a"},
+              {"name": "b", "resourceClaimTemplateName": "b"}]
+    for first, second in ((share("40Gi"), gpus(1)), (gpus(1), share("40Gi")),
+                          (share("40Gi"), share("20Gi"))):
+        decision, _ = decide(pod_request(claims), {(TEMPLATE, "a"): template(first),
+                                                   (TEMPLATE, "b"): template(second)})
+        assert "a pod takes whole GPUs or one share" in message(decision)
+
+
+def test_a_share_by_capacity_without_model_memory_in_the_policy_is_refused() -> None:
+    import re
+
+    from admission.policy.load import check_text
+    text = re.sub(r"(?ms)^gpuModels:.*?^\n", "", SAMPLE.read_text())
+    bare, issues = check_text(text)
+    assert bare is not None and not bare.gpu_models, issues
+    decision = review(pod_request(by_template()), bare,
+                      {(TEMPLATE, "gpus"): template(share("40Gi"))})
+    text = message(decision)
+    assert "capacity.requests.memory" in text and "declares no gpuModels" in text
