@@ -34,12 +34,15 @@ DEVICE_CLASSES: tuple[dict[str, Any], ...] = tuple(
 @dataclass(frozen=True)
 class DraNode:
     """A kwok node with ``gpus`` whole GPUs and, per entry of ``mig``, a GPU in MIG mode
-    published as MIG devices of those profiles (``("3g.40gb", "3g.40gb")``)."""
+    published as MIG devices of those profiles (``("3g.40gb", "3g.40gb")``). ``shared``: the
+    whole GPUs allow multiple allocations, claims sharing them by their memory (consumable
+    capacity, Kubernetes 1.36+)."""
 
     name: str
     gpus: int = 8
     model: str = A100
     mig: tuple[tuple[str, ...], ...] = ()
+    shared: bool = False
 
     def node(self) -> dict[str, Any]:
         manifest = FakeGpuNode(self.name, gpus=0, labels={"berth-e2e/dra": "true"}).manifest()
@@ -55,6 +58,8 @@ class DraNode:
                 "type": {"string": "gpu"}, "productName": {"string": self.model},
                 "uuid": {"string": f"GPU-{self.name}-{i}"}},
                 "capacity": {"memory": {"value": "80Gi"}}})
+            if self.shared:
+                devices[-1]["allowMultipleAllocations"] = True
         for j, profiles in enumerate(self.mig):
             parent = self.gpus + j
             for k, profile in enumerate(profiles):
@@ -99,10 +104,14 @@ def withdraw(api: client.ApiClient, nodes: Iterable[DraNode]) -> None:
 
 
 def template(name: str, count: int = 1, *, selectors: Sequence[str] = (),
-             device_class: str = c.DRA_GPU_CLASS) -> dict[str, Any]:
+             device_class: str = c.DRA_GPU_CLASS, memory: str | None = None) -> dict[str, Any]:
+    """A claim template for ``count`` devices; ``memory``: a share of one GPU by consumable
+    capacity."""
     exactly: dict[str, Any] = {"deviceClassName": device_class, "count": count}
     if selectors:
         exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    if memory is not None:
+        exactly["capacity"] = {"requests": {"memory": memory}}
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": {"name": name},
             "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}}

@@ -238,3 +238,51 @@ def test_nvidia_gpu_mapped_to_dra_runs_on_dra_gpus_counted_once(
             assert len(claim.status.allocation.devices.results) == 4
     finally:
         resource.patch_device_class(c.DRA_GPU_CLASS, {"spec": {"extendedResourceName": None}})
+
+
+def test_two_shares_by_consumable_capacity_meet_on_one_gpu_and_a_third_waits(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], berth: BerthWebhook,  # noqa: F811
+    dra_nodes: tuple[DraNode, ...],
+) -> None:
+    if _minor(cluster) < 36:  # DRAConsumableCapacity: alpha (off) in 1.34, beta (on) from 1.36
+        pytest.skip("consumable capacity (allowMultipleAllocations, capacity.requests) is on "
+                    "by default from Kubernetes 1.36; e2e/ci.sh runs this test on "
+                    "KUBERNETES_NEWEST_VERSION")
+    shared = (DraNode("dra-shared", gpus=1, shared=True),)
+    publish(cluster.api, shared)
+    try:
+        _wait_nodes_ready(cluster.core, ["dra-shared"])
+        slice_ = _resource(cluster).read_resource_slice(f"dra-shared-{c.DRA_DRIVER}")
+        assert slice_.spec.devices[0].allow_multiple_allocations, "the field was dropped"
+        time.sleep(3)  # the controller's ResourceSlice watch
+        ns = tenant_namespaces["team-a"]
+        _resource(cluster).create_namespaced_resource_claim_template(
+            ns, template("half-a100", memory="40Gi"))
+        for i in range(2):
+            manifest = claim_pod(f"half-{i}", "half-a100")
+            manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "dra-shared"}
+            created = cluster.core.create_namespaced_pod(ns, manifest)
+            ann = created.metadata.annotations
+            assert [g.name for g in created.spec.scheduling_gates] == [c.SCHEDULING_GATE]
+            assert ann[c.ANNOTATION_GPU_MILLI] == "500", ann
+            assert ann[c.ANNOTATION_GPU_MEMORY_MIB] == str(40 * 1024)
+        pods = [_running(cluster, ns, f"half-{i}", f"half-{i} to run on the shared GPU", berth)
+                for i in range(2)]
+        assert {p.spec.node_name for p in pods} == {"dra-shared"}
+        assert {p.metadata.annotations[c.ANNOTATION_ASSIGNED_GPUS] for p in pods} == {"0"}
+        results = []
+        for p in pods:
+            (result,) = _claim_of(cluster, ns, p).status.allocation.devices.results
+            results.append(result)
+        assert {r.device for r in results} == {"gpu-0"}
+        assert [r.consumed_capacity["memory"] for r in results] == ["40Gi", "40Gi"]
+        assert len({r.share_id for r in results}) == 2
+        # the GPU's memory is spoken for: a third share waits behind Berth's gate
+        manifest = claim_pod("half-2", "half-a100")
+        manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "dra-shared"}
+        cluster.core.create_namespaced_pod(ns, manifest)
+        time.sleep(8)  # two batch windows
+        third = cluster.core.read_namespaced_pod("half-2", ns)
+        assert [g.name for g in third.spec.scheduling_gates or []] == [c.SCHEDULING_GATE]
+    finally:
+        withdraw(cluster.api, shared)
