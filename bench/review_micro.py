@@ -3,7 +3,10 @@
 The webhook's saturation throughput is bounded by the CPU it spends per review; this isolates
 the decision itself (no HTTP, no TLS, no JSON parsing) on the payloads of
 bench/webhook_load.py: the 8-GPU training pod of a Job, the same pod in Kueue's vocabulary
-(the load benchmark's body), and a half-GPU share of it. CPU time (``time.process_time``) per
+(the load benchmark's body), and a half-GPU share of it; and the same pod asking through DRA
+(a ResourceClaimTemplate for 8 GPUs of a model, and one for a 40Gi share by consumable
+capacity), given the template as the webhook's claim reader hands it over (the read itself is
+one GET per template and 10 seconds, cached: docs/dra.md). CPU time (``time.process_time``) per
 call over repeated batches: the median, and the minimum (the least disturbed by other work on a
 shared machine, which still inflates CPU time through shared caches and cores).
 
@@ -43,8 +46,28 @@ def payloads() -> dict[str, dict[str, Any]]:
     assert isinstance(share, dict)
     share["object"]["metadata"]["annotations"] = {"berth.dev/gpu-fraction": "0.5"}
     share["object"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
-    return {"job pod, 8 GPUs": job, "kueue pod, 8 GPUs": kueue,  # type: ignore[dict-item]
-            "job pod, 0.5 GPU": share}
+    out = {"job pod, 8 GPUs": job, "kueue pod, 8 GPUs": kueue,  # type: ignore[dict-item]
+           "job pod, 0.5 GPU": share}
+    for name, exactly in (
+            ("DRA pod, 8 GPUs (template)", {
+                "deviceClassName": "gpu.nvidia.com", "count": 8, "selectors": [{"cel": {
+                    "expression": 'device.attributes["gpu.nvidia.com"].productName == '
+                                  '"NVIDIA-A100-SXM4-80GB"'}}]}),
+            ("DRA pod, 40Gi share (template)", {
+                "deviceClassName": "gpu.nvidia.com",
+                "capacity": {"requests": {"memory": "40Gi"}}})):
+        dra = copy.deepcopy(job)
+        spec = dra["object"]["spec"]
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpus"}]
+        for ct in spec["containers"]:
+            res = ct.setdefault("resources", {})
+            for section in ("limits", "requests"):
+                (res.get(section) or {}).pop("nvidia.com/gpu", None)
+            res["claims"] = [{"name": "gpu"}]
+        dra["_claims"] = {("ResourceClaimTemplate", "gpus"): {
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}}}
+        out[name] = dra
+    return out
 
 
 def worker(calls: int, batches: int) -> None:
@@ -59,15 +82,23 @@ def worker(calls: int, batches: int) -> None:
     policy = load_policy(POLICY)
     out: dict[str, list[float]] = {}
     for name, request in payloads().items():
-        decision = review(request, policy)
+        claims = request.pop("_claims", None)
+        if claims is not None:
+            try:
+                decision = review(request, policy, claims)
+            except TypeError:  # a checkout from before DRA: nothing to compare
+                continue
+        else:
+            decision = review(request, policy)
         assert decision.outcome == "mutated", (name, decision)
+        args = (request, policy, claims) if claims is not None else (request, policy)
         for _ in range(min(calls, 2000)):  # warm caches
-            review(request, policy)
+            review(*args)
         samples = []
         for _ in range(batches):
             start = time.process_time()
             for _ in range(calls):
-                review(request, policy)
+                review(*args)
             samples.append((time.process_time() - start) / calls * 1e6)
         out[name] = samples
     print(json.dumps(out))
@@ -112,11 +143,15 @@ def main() -> int:
     print(head + (" after/before (medians) | after/before (mins) |" if args.before else ""))
     print("|---|" + "---:|" * (2 * len(versions) + (2 if args.before else 0)))
     for name in names:
-        medians = {v: statistics.median(samples[v][name]) for v in versions}
-        mins = {v: min(samples[v][name]) for v in versions}
-        row = f"| {name} |" + "".join(f" {medians[v]:.1f} |" for v in order)
-        row += "".join(f" {mins[v]:.1f} |" for v in order)
-        if args.before:
+        have = [v for v in versions if samples[v].get(name)]
+        medians = {v: statistics.median(samples[v][name]) for v in have}
+        mins = {v: min(samples[v][name]) for v in have}
+        row = f"| {name} |" + "".join(f" {medians[v]:.1f} |" if v in have else " - |"
+                                      for v in order)
+        row += "".join(f" {mins[v]:.1f} |" if v in have else " - |" for v in order)
+        if args.before and len(have) < len(versions):
+            row += " - | - |"
+        elif args.before:
             row += f" {medians['after'] / medians['before']:.2f} |"
             row += f" {mins['after'] / mins['before']:.2f} |"
         print(row)

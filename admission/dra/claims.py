@@ -32,6 +32,7 @@ Pure: the claims and templates come in as API JSON; nothing here talks to the AP
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -202,12 +203,28 @@ def _selector(expression: str, driver: str, path: str) -> dict[str, frozenset[st
     if len(expression) > MAX_SELECTOR:
         raise ClaimProblem(path, f"is {len(expression)} characters; Berth reads selectors of "
                                  f"at most {MAX_SELECTOR}", "selector")
+    found = _parse_selector(expression, driver)
+    if isinstance(found, str):
+        raise ClaimProblem(path, found, "selector")
+    return dict(found)
+
+
+@functools.lru_cache(maxsize=1024)
+def _patterns(driver: str) -> tuple[re.Pattern[str], ...]:
     d = re.escape(driver)
     attr = _ATTR.format(d=d, a="|".join(ATTRIBUTES))
-    driver_test = re.compile(rf'\s*device\.driver\s*==\s*(?:"{d}"|\'{d}\')\s*')
-    equal = re.compile(rf"\s*{attr}\s*==\s*(?:{_STR})\s*")
-    member = re.compile(rf"\s*{attr}\s+in\s+\[((?:\s*(?:{_STR})\s*,?)*)\]\s*")
-    item = re.compile(_STR)
+    return (re.compile(rf'\s*device\.driver\s*==\s*(?:"{d}"|\'{d}\')\s*'),
+            re.compile(rf"\s*{attr}\s*==\s*(?:{_STR})\s*"),
+            re.compile(rf"\s*{attr}\s+in\s+\[((?:\s*(?:{_STR})\s*,?)*)\]\s*"),
+            re.compile(_STR))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_selector(expression: str, driver: str
+                    ) -> tuple[tuple[str, frozenset[str]], ...] | str:
+    """:func:`_selector`'s reading, kept per expression (a template's selectors are the same
+    for every pod made from it): the allowed values per attribute, or the refusal's text."""
+    driver_test, equal, member, item = _patterns(driver)
     allowed: dict[str, frozenset[str]] = {}
     for conj in _split(_strip_parens(expression), "&&"):
         if driver_test.fullmatch(conj):
@@ -224,14 +241,13 @@ def _selector(expression: str, driver: str, path: str) -> dict[str, frozenset[st
                 found = {}
                 break
         if len(found) != 1:  # unreadable, or an || across two attributes
-            raise ClaimProblem(
-                path, f"is a selector Berth cannot plan ({_short(expression)}); Berth reads "
-                f'device.attributes["{driver}"].productName == "<model>" (or in '
-                f'["<model>", ...]), the same of .profile for MIG devices, joined by || or &&, '
-                f'and device.driver == "{driver}"', "selector")
+            return (f"is a selector Berth cannot plan ({_short(expression)}); Berth reads "
+                    f'device.attributes["{driver}"].productName == "<model>" (or in '
+                    f'["<model>", ...]), the same of .profile for MIG devices, joined by || or '
+                    f'&&, and device.driver == "{driver}"')
         (key, values), = found.items()
         allowed[key] = frozenset(values) if key not in allowed else allowed[key] & values
-    return allowed
+    return tuple(allowed.items())
 
 
 def _short(text: str, limit: int = 80) -> str:
