@@ -44,7 +44,8 @@ def run(scenario: Scenario, contenders: Sequence[Contender], *, seed: int, windo
     for c in contenders:
         cfg = TimedConfig(policy=c.policy, interference_aware=c.interference_aware,
                           window_s=window_s, time_limit_s=time_limit_s, seed=seed,
-                          until_s=until_s)
+                          until_s=until_s, deadline_factor=1.0 if c.deadlines else None,
+                          label=c.name)
         t0 = time.perf_counter()
         r = simulate_timed(scenario, cfg)
         out.append((r, time.perf_counter() - t0))
@@ -246,8 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.alibaba:
         print("alibaba slice", file=sys.stderr)
         sc, speedup = alibaba_slice(args.alibaba_nodes, args.alibaba_pods, args.alibaba_load)
-        contenders = (Contender("cpsat"), Contender("bestfit"),
-                      Contender("bestfit", interference_aware=False), Contender("fgd"),
+        contenders = (Contender("cpsat"), Contender("cpsat", deadlines=False),
+                      Contender("bestfit"), Contender("bestfit", interference_aware=False),
+                      Contender("fgd"),
                       Contender("firstfit"), Contender("random"))
         last = sc.arrivals[-1].arrival_s
         out = run(sc, contenders, seed=seeds[0], window_s=args.window_s,

@@ -4,7 +4,9 @@ The CP-SAT path (:func:`solver.cpsat.solve.solve_cpsat`) is always feasible and 
 order search's plan (best-fit and FGD passes over the window) is its hint, fallback and
 floor, the checker (passed in from here: the solvers do not import it) judges what CP-SAT
 returns, and every deferred gang gets a reason. Large clusters or windows are split into
-sub-problems solved in parallel (:mod:`solver.partition`).
+sub-problems solved in parallel (:mod:`solver.partition`). Gangs that cannot fit now get
+capacity reserved for their earliest expected start, and gangs known to end before it backfill
+it (:mod:`solver.reserve`), when running pods' expected ends are known.
 
 Deterministic for a fixed seed and worker count: CP-SAT runs under a deterministic time budget
 sized from the time limit alone; the wall-clock limit only guards against a slow machine
@@ -23,6 +25,7 @@ from solver.cpsat.reasons import deferrals
 from solver.cpsat.solve import solve_cpsat
 from solver.names import SolverName
 from solver.plan import Plan, SolveStats
+from solver.reserve import solve_with_reservations
 from solver.types import Snapshot
 
 
@@ -57,9 +60,12 @@ def solve(
         stats = SolveStats(solver=name, status="GREEDY",
                            wall_seconds=time.perf_counter() - t0)
         return Plan(plan.admitted, deferrals(snapshot, plan), stats)
-    parts = partitions if partitions is not None else partition.auto_partitions(snapshot)
-    if parts > 1:
-        return partition.solve_partitioned(snapshot, parts=parts, time_limit=time_limit,
-                                           seed=seed, workers=workers, judge=check,
-                                           processes=processes)
-    return solve_cpsat(snapshot, time_limit=time_limit, seed=seed, workers=workers, judge=check)
+    def window(snap: Snapshot, limit: float) -> Plan:
+        parts = partitions if partitions is not None else partition.auto_partitions(snap)
+        if parts > 1:
+            return partition.solve_partitioned(snap, parts=parts, time_limit=limit, seed=seed,
+                                               workers=workers, judge=check,
+                                               processes=processes)
+        return solve_cpsat(snap, time_limit=limit, seed=seed, workers=workers, judge=check)
+
+    return solve_with_reservations(snapshot, time_limit, window)

@@ -29,6 +29,17 @@ class Deferred:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """Capacity held for a gang that cannot fit now: it is expected to start in
+    ``start_in_s`` seconds on ``nodes``; until then only gangs known to end before that may use
+    what is held for it (solver/reserve.py)."""
+
+    gang: str
+    start_in_s: float
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SolveStats:
     """How the plan was found. ``status`` is CP-SAT's (OPTIMAL, FEASIBLE, ...) or ``GREEDY``."""
 
@@ -46,6 +57,7 @@ class Plan:
     admitted: tuple[GangPlacement, ...]
     deferred: tuple[Deferred, ...]
     stats: SolveStats
+    reservations: tuple[Reservation, ...] = ()
 
     def placement(self, gang: str) -> GangPlacement | None:
         for g in self.admitted:

@@ -29,6 +29,7 @@ from solver.types import (
     PodRequest,
     ProblemError,
     QoSProfile,
+    Reservations,
     Running,
     Snapshot,
     SolverPolicy,
@@ -289,10 +290,11 @@ GPU_FIELDS = ("index", "model", "memory_mib", "nvlink_domain", "mig")
 GPU_GROUP_FIELDS = ("count", "model", "memory_mib", "nvlink_size")
 MIG_FIELDS = ("profile", "milli", "memory_mib", "used")
 TAINT_FIELDS = ("key", "value", "effect")
-RUNNING_FIELDS = ("name", "node", "cpu_milli", "memory_mib", "gpus", "tenant", "qos_class")
+RUNNING_FIELDS = ("name", "node", "cpu_milli", "memory_mib", "gpus", "tenant", "qos_class",
+                  "remaining_s")
 SHARE_FIELDS = ("index", "milli")
 TENANT_FIELDS = ("name", "quota_milli", "weight", "can_borrow", "borrow_limit_milli")
-GANG_FIELDS = ("name", "tenant", "pods", "priority", "wait_seconds", "topology")
+GANG_FIELDS = ("name", "tenant", "pods", "priority", "wait_seconds", "topology", "runtime_s")
 TOPOLOGY_FIELDS = ("level", "mode")
 POD_FIELDS = ("name", "replicas", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli",
               "gpu_memory_mib", "models", "qos_class", "node_selector", "affinity",
@@ -300,7 +302,8 @@ POD_FIELDS = ("name", "replicas", "cpu_milli", "memory_mib", "gpu_count", "gpu_m
 REQ_FIELDS = ("key", "operator", "values")
 TOLERATION_FIELDS = ("key", "operator", "value", "effect")
 POLICY_FIELDS = ("weights", "topology_levels", "qos_classes", "idle_watts", "active_watts",
-                 "typical_pods")
+                 "typical_pods", "reservations")
+RESERVATION_FIELDS = ("max_gangs", "after_s", "horizon_s")
 WEIGHT_FIELDS = ("demand", "aging_per_hour", "fragmentation", "topology", "fairness", "energy",
                  "interference")
 QOS_FIELDS = ("name", "sm", "membw", "memory_mib", "latency_sensitive", "solo_latency_ms",
@@ -435,7 +438,7 @@ def _running(r: _Reader, value: object, nodes: dict[str, Node],
             shares.append(GpuShare(index, milli))
         run = r.build(p, Running, name or "?", node or "?", r.integer(d, "cpu_milli", p),
                       r.integer(d, "memory_mib", p), tuple(shares), r.opt_str(d, "tenant", p),
-                      r.opt_str(d, "qos_class", p))
+                      r.opt_str(d, "qos_class", p), r.opt_float(d, "remaining_s", p))
         if run is not None and known is not None:
             out.append(run)
     return tuple(out)
@@ -591,7 +594,8 @@ def _gangs(r: _Reader, value: object, tenants: set[str]) -> tuple[Gang, ...]:
             continue
         gang = r.build(p, Gang, name or "?", tenant or "?", pods,
                        r.integer(d, "priority", p, lo=None),
-                       r.number(d, "wait_seconds", p, default=0.0, lo=0.0), topology)
+                       r.number(d, "wait_seconds", p, default=0.0, lo=0.0), topology,
+                       r.opt_float(d, "runtime_s", p))
         if gang is not None and name and pods:
             out.append(gang)
     return tuple(out)
@@ -641,9 +645,20 @@ def parse_policy(r: _Reader, value: object, path: str = "policy") -> SolverPolic
         if t is not None:
             typical.append(t)
     levels = r.str_list(d, "topology_levels", path) or SolverPolicy().topology_levels
+    reservations = Reservations()
+    if d.get("reservations") is not None:
+        rp = f"{path}.reservations"
+        rd = r.obj(d["reservations"], rp, RESERVATION_FIELDS)
+        if rd is not None:
+            reservations = r.build(rp, Reservations,
+                                   r.integer(rd, "max_gangs", rp, default=1, hi=64),
+                                   r.number(rd, "after_s", rp, default=300.0, lo=0.0),
+                                   r.number(rd, "horizon_s", rp, default=21600.0, lo=0.0)
+                                   ) or reservations
     return SolverPolicy(weights, levels, tuple(classes),
                         r.num_map(d, "idle_watts", path, hi=MAX_WATTS),
-                        r.num_map(d, "active_watts", path, hi=MAX_WATTS), tuple(typical))
+                        r.num_map(d, "active_watts", path, hi=MAX_WATTS), tuple(typical),
+                        reservations)
 
 
 def parse_snapshot(data: object) -> Snapshot:
@@ -737,7 +752,8 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
         "running": [
             {"name": r.name, "node": r.node, "cpu_milli": r.cpu_milli,
              "memory_mib": r.memory_mib, "tenant": r.tenant, "qos_class": r.qos_class,
-             "gpus": [{"index": x.index, "milli": x.milli} for x in r.gpus]}
+             "gpus": [{"index": x.index, "milli": x.milli} for x in r.gpus],
+             **({} if r.remaining_s is None else {"remaining_s": r.remaining_s})}
             for r in s.running
         ],
         "tenants": [
@@ -748,6 +764,7 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
         "gangs": [
             {"name": g.name, "tenant": g.tenant, "priority": g.priority,
              "wait_seconds": g.wait_seconds,
+             **({} if g.runtime_s is None else {"runtime_s": g.runtime_s}),
              "topology": None if g.topology is None else
              {"level": g.topology.level, "mode": g.topology.mode.value},
              "pods": [_pod_dict(p) for p in g.pods]}
@@ -770,5 +787,8 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
                  "models": sorted(t.models), "weight": t.weight}
                 for t in pol.typical_pods
             ],
+            "reservations": {"max_gangs": pol.reservations.max_gangs,
+                             "after_s": pol.reservations.after_s,
+                             "horizon_s": pol.reservations.horizon_s},
         },
     }

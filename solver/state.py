@@ -4,8 +4,8 @@ and GPU after what runs.
 The checker judges a plan on these records (:func:`node_free` for each node the plan uses,
 less what runs there), apart from the numpy :class:`~solver.baselines.ClusterArrays` that the
 baselines and the CP-SAT model place into, so a mistake in one derivation shows up against the
-other. :func:`free_capacity` derives the whole cluster; only the tests call it, as the oracle
-the arrays are held to.
+other. :func:`free_capacity` derives the whole cluster: the tests hold the arrays to it, and
+reservations (:mod:`solver.reserve`) measure what is free now with it.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def free_capacity(snapshot: Snapshot) -> FreeState:
     """Capacity left on every node once the running pods are subtracted (may go negative when
     the cluster is overcommitted; nothing new fits there then).
 
-    Used by the tests only: the oracle :class:`~solver.baselines.ClusterArrays` must equal."""
+    The oracle the tests hold :class:`~solver.baselines.ClusterArrays` to, and what
+    :mod:`solver.reserve` holds for a reservation."""
     free = {n.name: node_free(n) for n in snapshot.nodes}
     mem_per_gpu = {n.name: {g.index: g.memory_mib for g in n.gpus} for n in snapshot.nodes}
     for r in snapshot.running:

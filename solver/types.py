@@ -183,10 +183,14 @@ class Running:
     gpus: tuple[GpuShare, ...] = ()
     tenant: str | None = None
     qos_class: str | None = None
+    # seconds until it is expected to end (None: unknown); what reservations plan with
+    remaining_s: float | None = None
 
     def __post_init__(self) -> None:
         _amount(self.cpu_milli, MAX_CPU_MILLI, f"running[{self.name}].cpu_milli")
         _amount(self.memory_mib, MAX_MEMORY_MIB, f"running[{self.name}].memory_mib")
+        if self.remaining_s is not None:
+            _amount(self.remaining_s, MAX_WAIT_SECONDS, f"running[{self.name}].remaining_s")
 
 
 class TopologyMode(StrEnum):
@@ -294,6 +298,9 @@ class Gang:
     priority: int = 0
     wait_seconds: float = 0.0
     topology: TopologyRequirement | None = None
+    # the most it runs once started, enforced (a deadline; None: unbounded): only a gang
+    # known to end in time may backfill capacity reserved for another (solver/reserve.py)
+    runtime_s: float | None = None
 
     def __post_init__(self) -> None:
         p = f"gangs[{self.name}]"
@@ -302,6 +309,9 @@ class Gang:
         _require(len(self.pods) > 0, f"{p}.pods", "a gang needs at least one pod")
         _within(self.priority, -MAX_PRIORITY, MAX_PRIORITY, f"{p}.priority")
         _amount(self.wait_seconds, MAX_WAIT_SECONDS, f"{p}.wait_seconds")
+        if self.runtime_s is not None:
+            _require(self.runtime_s > 0, f"{p}.runtime_s", f"must be > 0, got {self.runtime_s}")
+            _amount(self.runtime_s, MAX_WAIT_SECONDS, f"{p}.runtime_s")
         names = [pod.name for pod in self.pods]
         _require(len(set(names)) == len(names), f"{p}.pods", "pod names must be unique")
 
@@ -430,6 +440,22 @@ class TypicalPod:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservations:
+    """When a gang that cannot fit gets capacity reserved for its earliest start
+    (solver/reserve.py): at most ``max_gangs`` per window (0: never), for gangs waiting at
+    least ``after_s``, starting at most ``horizon_s`` ahead."""
+
+    max_gangs: int = 1
+    after_s: float = 300.0
+    horizon_s: float = 6 * 3600.0
+
+    def __post_init__(self) -> None:
+        _within(self.max_gangs, 0, 64, "policy.reservations.max_gangs")
+        _amount(self.after_s, MAX_WAIT_SECONDS, "policy.reservations.after_s")
+        _amount(self.horizon_s, MAX_WAIT_SECONDS, "policy.reservations.horizon_s")
+
+
+@dataclass(frozen=True, slots=True)
 class SolverPolicy:
     """The knobs of the policy YAML that the solver reads."""
 
@@ -440,6 +466,7 @@ class SolverPolicy:
     active_watts: Mapping[str, float] = field(default_factory=dict)  # per GPU model
     # the target workload of the fragmentation measure; empty: derived from the snapshot's pods
     typical_pods: tuple[TypicalPod, ...] = ()
+    reservations: Reservations = field(default_factory=Reservations)
 
     def __post_init__(self) -> None:
         for kind, watts in (("idle_watts", self.idle_watts), ("active_watts", self.active_watts)):

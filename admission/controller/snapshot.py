@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -272,15 +272,20 @@ def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo,
     tenant = settings.tenant(info.tenant)
     if settings.tenants and tenant is None:
         raise TranslationError(f"tenant {info.tenant!r} is not in the policy")
+    deadlines = [tr.active_deadline_s(p) for p in pods]
+    runtime = None if None in deadlines else max(d for d in deadlines if d is not None)
     return Gang(name=info.key, tenant=info.tenant, pods=tuple(requests),
                 priority=max(trust.priority_of(p, settings, info.tenant) for p in pods),
-                wait_seconds=min(MAX_WAIT_SECONDS, max(0.0, wait)), topology=topo)
+                wait_seconds=min(MAX_WAIT_SECONDS, max(0.0, wait)), topology=topo,
+                runtime_s=runtime)
 
 
 def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
-            settings: Settings, dra: DraState | None = None) -> list[Running]:
+            settings: Settings, dra: DraState | None = None,
+            now: datetime | None = None) -> list[Running]:
     """Everything that holds capacity now or is about to (the module docstring says what and
-    how it is counted; :mod:`.dra` for GPUs held through ResourceClaims)."""
+    how it is counted; :mod:`.dra` for GPUs held through ResourceClaims). Given ``now``, a pod
+    with a deadline (``activeDeadlineSeconds``) says when it ends at the latest."""
     out: list[Running] = []
     dra = dra or DraState()
     counted: set[str] = set()  # claims whose devices a pod already holds
@@ -321,6 +326,8 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
             continue
         for s in r.gpus:
             taken[node.name][s.index] += s.milli
+        if now is not None and (left := tr.remaining_s(pod, now)) is not None:
+            r = replace(r, remaining_s=left)
         out.append(r)
     for key in sorted(set(dra.claims) - counted):  # claims no pod in the view holds
         found = dra.claim_shares(key)
@@ -366,11 +373,11 @@ def build(view: View, settings: Settings, now: datetime, memo: Memo | None = Non
     if only is not None:
         finishing_all = [g for g in gangs.values() if g.state == GangState.FINISHING]
         gangs = {k: g for k, g in gangs.items() if only(g)}
-        running = holding(view, nodes, finishing_all, settings, dra)
+        running = holding(view, nodes, finishing_all, settings, dra, now)
         return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, dra,
                              sweep=False)
     finishing = [g for g in gangs.values() if g.state == GangState.FINISHING]
-    running = holding(view, nodes, finishing, settings, dra)
+    running = holding(view, nodes, finishing, settings, dra, now)
     return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, dra,
                          sweep=True)
 

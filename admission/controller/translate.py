@@ -84,6 +84,32 @@ def parse_time(ts: object) -> datetime | None:
         return None
 
 
+def active_deadline_s(pod: Obj) -> float | None:
+    """The pod's ``spec.activeDeadlineSeconds`` (the kubelet ends the pod that long after it
+    started, and the API server lets it only be set or lowered afterwards: a bound a tenant
+    cannot stretch), or None when it has none (or not a positive whole number)."""
+    raw = spec(pod).get("activeDeadlineSeconds")
+    if isinstance(raw, int) and not isinstance(raw, bool) and 0 < raw <= MAX_DEADLINE_S:
+        return float(raw)
+    return None
+
+
+def remaining_s(pod: Obj, now: datetime) -> float | None:
+    """Seconds until the pod's deadline ends it at the latest (its whole deadline when it has
+    not started); None without a deadline."""
+    deadline = active_deadline_s(pod)
+    if deadline is None:
+        return None
+    started = parse_time((pod.get("status") or {}).get("startTime"))
+    if started is None:
+        return deadline
+    return min(deadline, max(0.0, deadline - (now - started).total_seconds()))
+
+
+#: The longest deadline read (ten years); a larger one is as good as none.
+MAX_DEADLINE_S = 10 * 365 * 86_400
+
+
 def created_at(obj: Obj) -> datetime | None:
     return parse_time(meta(obj).get("creationTimestamp"))
 

@@ -265,9 +265,17 @@ class ObjectiveWeights(_Model):
     stay: ObjectiveWeight = 0.3
 
 
+class Reservations(_Model):
+    max_gangs: Annotated[int, Field(ge=0, le=64)] = 1
+    after_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)] = 300.0
+    horizon_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS,
+                                            allow_inf_nan=False)] = 21600.0
+
+
 class SolverSettings(_Model):
     time_limit_seconds: Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] = 5.0
     weights: ObjectiveWeights = ObjectiveWeights()
+    reservations: Reservations = Reservations()
 
 
 class Release(_Model):

@@ -152,6 +152,13 @@ FIELD_DOCS: dict[str, str] = {
     "SolverSettings.timeLimitSeconds": "CP-SAT stops here; the greedy plan stands if it "
     "found nothing better.",
     "SolverSettings.weights": "Weights of the objective's terms.",
+    "SolverSettings.reservations": "Capacity held for gangs that cannot fit now, at their "
+    "earliest expected start, which only gangs known to end before it may use (backfill). "
+    "Expected ends come from pods' `activeDeadlineSeconds` (docs/reservations.md).",
+    "Reservations.maxGangs": "Gangs that get a reservation per window; 0 turns reservations "
+    "off.",
+    "Reservations.afterSeconds": "A gang gets a reservation only after waiting this long.",
+    "Reservations.horizonSeconds": "How far ahead a reserved start may lie.",
     "ObjectiveWeights.demand": "Admitted priority-weighted GPU demand (the term the others "
     "are traded against).",
     "ObjectiveWeights.agingPerHour": "Priority a waiting gang gains per hour waited.",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from admission import constants as c
 from admission.policy.model import Policy, QoSClass
 from admission.policy.model import Tenant as PolicyTenant
-from solver.types import QoSProfile, SolverPolicy, Tenant, Weights
+from solver.types import QoSProfile, Reservations, SolverPolicy, Tenant, Weights
 
 
 def _milli(gpus: float | None) -> int | None:
@@ -47,6 +47,7 @@ def _names(model: str) -> tuple[str, ...]:
 def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
     """Map the policy to the solver's knobs and tenants."""
     w = policy.solver.weights
+    r = policy.solver.reservations
     solver_policy = SolverPolicy(
         weights=Weights(
             demand=w.demand,
@@ -59,6 +60,8 @@ def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
             stay=w.stay,
         ),
         topology_levels=tuple(level.name for level in policy.topology.levels),
+        reservations=Reservations(max_gangs=r.max_gangs, after_s=r.after_seconds,
+                                  horizon_s=r.horizon_seconds),
         qos_classes=tuple(solver_qos(q) for q in policy.qos_classes),
         # the same GPU published through DRA is <model>@dra to the solver (docs/dra.md)
         idle_watts={name: m.idle_watts for m in policy.gpu_models for name in _names(m.name)},

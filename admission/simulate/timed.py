@@ -31,20 +31,29 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Contender:
-    """One row of a comparison: a policy, shown the true QoS profiles or blind to them."""
+    """One row of a comparison: a policy, shown the true QoS profiles or blind to them, with
+    every gang's deadline known (its run time: what reservations plan with) or none."""
 
     policy: str
     interference_aware: bool = True
+    deadlines: bool = True
 
     @property
     def name(self) -> str:
-        return self.policy if self.interference_aware else f"{self.policy}-oblivious"
+        name = self.policy if self.interference_aware else f"{self.policy}-oblivious"
+        return name if self.deadlines else f"{name}{NO_DEADLINES}"
 
 
-#: The embedded default compares every policy, and the interference-oblivious variants of
-#: CP-SAT and best-fit (co-location against interference-oblivious packing).
+#: The suffix of a contender that is told no gang's deadline (nothing is known to end, so
+#: nothing is reserved).
+NO_DEADLINES = "-nodeadlines"
+
+#: The embedded default compares every policy, the interference-oblivious variants of CP-SAT
+#: and best-fit (co-location against interference-oblivious packing), and CP-SAT without
+#: deadlines (no reservations or backfill: planning only what fits now).
 DEFAULT_CONTENDERS = (
     Contender("cpsat"),
+    Contender("cpsat", deadlines=False),
     Contender("cpsat", interference_aware=False),
     Contender("fgd"),
     Contender("bestfit"),
@@ -55,17 +64,18 @@ DEFAULT_CONTENDERS = (
 
 
 def parse_contenders(text: str) -> tuple[Contender, ...]:
-    """``cpsat,bestfit-oblivious,...`` -> contenders; a ``-oblivious`` suffix hides the QoS
-    profiles from that policy."""
+    """``cpsat,bestfit-oblivious,cpsat-nodeadlines,...`` -> contenders; a ``-oblivious``
+    suffix hides the QoS profiles from that policy, ``-nodeadlines`` every gang's deadline."""
     out = []
     for raw in text.split(","):
         name = raw.strip()
         if not name:
             continue
-        if name.endswith("-oblivious"):
-            out.append(Contender(name.removesuffix("-oblivious"), interference_aware=False))
-        else:
-            out.append(Contender(name))
+        deadlines = not name.endswith(NO_DEADLINES)
+        name = name.removesuffix(NO_DEADLINES)
+        aware = not name.endswith("-oblivious")
+        out.append(Contender(name.removesuffix("-oblivious"), interference_aware=aware,
+                             deadlines=deadlines))
     return tuple(out)
 
 
@@ -130,7 +140,8 @@ def build_configs(
         return [
             TimedConfig(policy=c.policy, window_s=window_s, time_limit_s=time_limit_s,
                         seed=seed, interference_aware=c.interference_aware,
-                        max_pending=max_pending, until_s=until_s)
+                        max_pending=max_pending, until_s=until_s,
+                        deadline_factor=1.0 if c.deadlines else None, label=c.name)
             for c in contenders
         ]
     except ProblemError as exc:
@@ -180,7 +191,7 @@ def _table(title: str, columns: Sequence[str]) -> Table:
 def results_table(results: Sequence[TimedResult], *, title: str) -> Table:
     """Queueing, utilisation, fairness and energy: one row per policy."""
     table = _table(title, ("policy", "started", "wait s\np50/p90/p99", "alloc %", "Jain",
-                           "kWh", "solve s"))
+                           "rsv/\nlate", "kWh"))
     for r in results:
         w = r.wait_percentiles_s
         table.add_row(
@@ -189,8 +200,8 @@ def results_table(results: Sequence[TimedResult], *, title: str) -> Table:
             f"{w['p50']:.0f}/{w['p90']:.0f}/{w['p99']:.0f}",
             f"{r.mean_utilisation * 100:.1f}",
             f"{r.jain:.3f}",
+            f"{r.reserved_gangs}/{r.reserved_late}",
             f"{r.energy_kwh:.1f}",
-            f"{r.solve_seconds:.1f}",
         )
     return table
 

@@ -85,6 +85,10 @@ class TimedConfig:
     ``policy``: any name :func:`solver.api.solve` accepts. ``interference_aware=False`` shows
     the solver :func:`oblivious_policy` instead of the scenario's policy. ``until_s``: stop the
     clock there (None: run until nothing is left to happen). ``label``: the name results carry.
+    ``deadline_factor``: every gang declares a deadline of this many times its run time (an
+    enforced bound, as ``activeDeadlineSeconds`` is: the solver sees it as the gang's
+    ``runtime_s`` and running pods' ``remaining_s``; 1.0: exact, 2.0: users ask for twice what
+    they use); None: no gang declares one, so nothing is known to end and nothing is reserved.
     """
 
     policy: str = SolverName.CPSAT
@@ -95,8 +99,12 @@ class TimedConfig:
     max_pending: int = 64
     until_s: float | None = None
     label: str | None = None
+    deadline_factor: float | None = 1.0
 
     def __post_init__(self) -> None:
+        if self.deadline_factor is not None and not 1.0 <= self.deadline_factor <= 1000.0:
+            raise ProblemError("deadline_factor", "must be from 1 to 1000 (a deadline below "
+                               f"the run time would end the gang), got {self.deadline_factor}")
         if self.window_s <= 0:
             raise ProblemError("window_s", f"must be > 0, got {self.window_s}")
         if self.time_limit_s <= 0:
@@ -200,6 +208,10 @@ class TimedResult:
     solves: int
     solve_seconds: float
     fallbacks: int
+    reserved_gangs: int = 0  # gangs that ever held a reservation
+    reserved_late: int = 0  # of them, started later than their first reserved start
+    reserved_late_s: float = 0.0  # the sum of those delays
+    backfilled: int = 0  # gangs placed into reserved capacity by the backfill solve
 
     def count(self, state: str) -> int:
         return sum(1 for o in self.outcomes if o.state == state)
@@ -255,6 +267,10 @@ class TimedResult:
             "solves": self.solves,
             "solve_seconds": self.solve_seconds,
             "fallbacks": self.fallbacks,
+            "reserved_gangs": self.reserved_gangs,
+            "reserved_late": self.reserved_late,
+            "reserved_late_s": self.reserved_late_s,
+            "backfilled": self.backfilled,
         }
 
 
@@ -594,6 +610,11 @@ class _Replay:
     solves: int = 0
     solve_seconds: float = 0.0
     fallbacks: int = 0
+    deadline_end: dict[str, float] = field(default_factory=dict)  # running pod -> deadline
+    reserved_at: dict[str, float] = field(default_factory=dict)  # gang -> first reserved start
+    reserved_late: int = 0
+    reserved_late_s: float = 0.0
+    backfilled: int = 0
 
     @classmethod
     def begin(cls, scenario: Scenario, config: TimedConfig) -> _Replay:
@@ -648,13 +669,20 @@ class _Replay:
 
     def snapshot(self, pending: list[TimedGang], *, now: float) -> Snapshot:
         """What runs, and ``pending`` with the time each has waited until ``now``."""
+        factor = self.config.deadline_factor
         gangs = tuple(
-            replace(a.gang, wait_seconds=max(0.0, now - a.arrival_s)) for a in pending
+            replace(a.gang, wait_seconds=max(0.0, now - a.arrival_s),
+                    runtime_s=None if factor is None else factor * a.duration_s)
+            for a in pending
         )
+        running = tuple(self.cluster.running.values())
+        if factor is not None:
+            running = tuple(replace(r, remaining_s=max(0.0, self.deadline_end[r.name] - now))
+                            for r in running)
         return Snapshot(
             nodes=self.scenario.nodes,
             gangs=gangs,
-            running=tuple(self.cluster.running.values()),
+            running=running,
             tenants=self.scenario.tenants,
             policy=self.shown,
         )
@@ -665,6 +693,7 @@ class _Replay:
         self.solve_seconds += time.perf_counter() - t0
         self.solves += 1
         self.fallbacks += int(plan.stats.fallback)
+        self.backfilled += int(plan.stats.detail.get("backfilled", 0))
         return plan
 
     def check_plan(self, snapshot: Snapshot, plan: Plan, *, now: float) -> None:
@@ -680,10 +709,20 @@ class _Replay:
     def start(self, pending: list[TimedGang], plan: Plan, *, now: float) -> None:
         """The gangs ``plan`` admits leave their queues and start running at ``now``."""
         by_name = {a.gang.name: a for a in pending}
+        for r in plan.reservations:
+            self.reserved_at.setdefault(r.gang, now + r.start_in_s)
+        factor = self.config.deadline_factor
         for gp in plan.admitted:
             timed = by_name[gp.gang]
             pods = {pp.pod: (pp.node, pp.gpus) for pp in gp.pods}
             p = _Placed(timed, now, now + timed.duration_s, _running_pods(pods, timed.gang))
+            if factor is not None:
+                for pod in p.pods:
+                    self.deadline_end[pod.name] = now + factor * timed.duration_s
+            reserved = self.reserved_at.get(gp.gang)
+            if reserved is not None and now > reserved + self.config.window_s:
+                self.reserved_late += 1  # a window's rounding is not late
+                self.reserved_late_s += now - reserved
             self.placed[gp.gang] = p
             self.cluster.start(p)
             heapq.heappush(self.departures, (p.end_s, gp.gang))
@@ -719,6 +758,10 @@ class _Replay:
             solves=self.solves,
             solve_seconds=self.solve_seconds,
             fallbacks=self.fallbacks,
+            reserved_gangs=len(self.reserved_at),
+            reserved_late=self.reserved_late,
+            reserved_late_s=self.reserved_late_s,
+            backfilled=self.backfilled,
         )
 
     def _outcomes(self) -> list[GangOutcome]:

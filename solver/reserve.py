@@ -1,0 +1,218 @@
+"""Reservations and backfill: planning one step ahead in time.
+
+A window's model decides only what fits now, so a large gang can wait for hours while small
+pods keep filling every hole it needs: aging raises its value but cannot make it fit. Given
+when running pods are expected to end (:attr:`solver.types.Running.remaining_s`), this module
+looks ahead for the gangs that matter most:
+
+1. **Who**: walking the queue (priority aged by waiting: :func:`solver.queue.queue_order`),
+   a gang that fits in what is free (best-fit) is taken as placed there first; the first
+   ``max_gangs`` that do not fit and have waited at least ``policy.reservations.after_s``
+   get reservations. So a hold never takes capacity a gang ahead of it could use now.
+2. **When and where**: the earliest moment, among the expected ends of running pods and no
+   further than ``horizon_s`` ahead, at which the gang fits once the pods expected to end by
+   then have gone (best-fit placement of the gang alone, quotas included; found by bisection,
+   since capacity only frees as time passes). A running pod of unknown end never frees.
+3. **What is held**: of the GPUs, CPU and memory that placement uses, the part that is free
+   now. In the window's solve it is held by a stand-in running pod of no tenant (so no quota
+   is charged for it), and no other gang may take it...
+4. **Backfill**: ... except gangs known to end before the reserved start
+   (:attr:`solver.types.Gang.runtime_s`, an enforced bound such as a deadline), which a
+   second, smaller solve places into what the first left, reserved capacity included.
+
+Re-planned every window from the snapshot alone: no state is kept, so a reservation moves when
+the cluster does (a pod that ends early, a more urgent gang). The plan says which gangs hold
+reservations (:attr:`solver.plan.Plan.reservations`) and the reserved gang's deferral names its
+expected start. Pure: no I/O, nothing beyond the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from solver.baselines import ClusterArrays, GangPlacer, place
+from solver.names import SolverName
+from solver.plan import Deferred, GangPlacement, Plan, Reservation, SolveStats
+from solver.queue import queue_order
+from solver.state import free_capacity
+from solver.types import Gang, GpuShare, Running, Snapshot
+
+#: The name prefix of the stand-in running pods that hold reserved capacity in a solve.
+HOLD_PREFIX = "reservation/"
+#: How much of the window's time limit the backfill solve gets, when there is one.
+BACKFILL_SHARE = 0.25
+#: How many gangs are tried, per reservation allowed, before looking no further.
+TRIES_PER_RESERVATION = 3
+#: How far down the queue gangs are looked at (those ahead that fit now are placed first).
+MAX_AHEAD = 64
+
+#: What solves a snapshot within a time limit (the engine's own solve, without reservations).
+SolveFn = Callable[[Snapshot, float], Plan]
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A reservation and the stand-in running pods that hold its capacity in the solve."""
+
+    reservation: Reservation
+    pods: tuple[Running, ...]
+
+
+def _fits(snapshot: Snapshot, gang: Gang, running: tuple[Running, ...]) -> GangPlacement | None:
+    trial = replace(snapshot, gangs=(gang,), running=running)
+    plan = place(trial, SolverName.BESTFIT)
+    return plan.admitted[0] if plan.admitted else None
+
+
+def _earliest(snapshot: Snapshot, gang: Gang, running: tuple[Running, ...], horizon_s: float
+              ) -> tuple[float, GangPlacement] | None:
+    """The earliest expected end of running pods after which ``gang`` fits, and where."""
+    ends = sorted({r.remaining_s for r in running
+                   if r.remaining_s is not None and r.remaining_s <= horizon_s})
+    if not ends:
+        return None
+
+    def at(t: float) -> GangPlacement | None:
+        left = tuple(r for r in running if r.remaining_s is None or r.remaining_s > t)
+        return _fits(snapshot, gang, left)
+
+    last = at(ends[-1])
+    if last is None:
+        return None
+    lo, hi, found = 0, len(ends) - 1, last  # ends[hi] fits; find the first that does
+    while lo < hi:
+        mid = (lo + hi) // 2
+        got = at(ends[mid])
+        if got is None:
+            lo = mid + 1
+        else:
+            hi, found = mid, got
+    return ends[hi], found
+
+
+def _hold(snapshot: Snapshot, gang: Gang, placement: GangPlacement,
+          running: tuple[Running, ...]) -> tuple[Running, ...]:
+    """Stand-in pods holding what ``placement`` uses that is free now."""
+    free = free_capacity(replace(snapshot, running=running))
+    pods = {p.name: p for p in gang.pods}
+    out = []
+    for pp in placement.pods:
+        f = free[pp.node]
+        pod = pods[pp.pod]
+        cpu = max(0, min(pod.cpu_milli, f.cpu_milli))
+        mem = max(0, min(pod.memory_mib, f.memory_mib))
+        gpus = []
+        for s in pp.gpus:
+            milli = min(s.milli, f.gpu_milli.get(s.index, 0))
+            if milli > 0:
+                gpus.append(GpuShare(s.index, milli))
+                f.gpu_milli[s.index] -= milli
+        f.cpu_milli -= cpu
+        f.memory_mib -= mem
+        if cpu or mem or gpus:
+            out.append(Running(name=f"{HOLD_PREFIX}{gang.name}/{pp.pod}", node=pp.node,
+                               cpu_milli=cpu, memory_mib=mem, gpus=tuple(gpus)))
+    return tuple(out)
+
+
+def plan_reservations(snapshot: Snapshot) -> tuple[Held, ...]:
+    """The reservations this window makes (see the module's steps 1-3)."""
+    rules = snapshot.policy.reservations
+    if rules.max_gangs == 0 or not snapshot.gangs:
+        return ()
+    if not any(r.remaining_s is not None for r in snapshot.running):
+        return ()  # nothing is known to end: no start can be planned
+    running = snapshot.running
+    made: list[Held] = []
+    tries = 0
+    placer = _placer(snapshot, running)
+    for looked, gang in enumerate(queue_order(snapshot)):
+        if (len(made) >= rules.max_gangs or tries >= rules.max_gangs * TRIES_PER_RESERVATION
+                or looked >= MAX_AHEAD):
+            break
+        now = placer.place(gang)
+        if not isinstance(now, str):  # it fits now: it goes first, and what it takes is not held
+            running = (*running, *_as_running(gang, now, gang.runtime_s))
+            continue
+        if gang.wait_seconds < rules.after_s:
+            continue
+        tries += 1
+        found = _earliest(snapshot, gang, running, rules.horizon_s)
+        if found is None:
+            continue
+        start, placement = found
+        hold = _hold(snapshot, gang, placement, running)
+        nodes = tuple(sorted({p.node for p in placement.pods}))
+        made.append(Held(Reservation(gang.name, start, nodes), hold))
+        # a later reservation plans around this one as if its gang held its place for good
+        running = (*running, *_as_running(gang, placement, None))
+        placer = _placer(snapshot, running)
+    return tuple(made)
+
+
+def _placer(snapshot: Snapshot, running: tuple[Running, ...]) -> GangPlacer:
+    """Best-fit into what ``running`` leaves, one gang after another (quota carried over)."""
+    state = ClusterArrays(replace(snapshot, running=running))
+    return GangPlacer(state, SolverName.BESTFIT, np.random.default_rng(0))
+
+
+def _as_running(gang: Gang, placement: GangPlacement, remaining: float | None
+                ) -> tuple[Running, ...]:
+    pods = {p.name: p for p in gang.pods}
+    return tuple(Running(name=f"{HOLD_PREFIX}{gang.name}/{pp.pod}@planned", node=pp.node,
+                         cpu_milli=pods[pp.pod].cpu_milli, memory_mib=pods[pp.pod].memory_mib,
+                         gpus=pp.gpus, tenant=gang.tenant, remaining_s=remaining)
+                 for pp in placement.pods)
+
+
+def solve_with_reservations(snapshot: Snapshot, time_limit: float, solve: SolveFn) -> Plan:
+    """``solve`` for the window, with the reservations it makes held and backfilled (the
+    module's steps), or plain ``solve`` when it makes none."""
+    held = plan_reservations(snapshot)
+    if not held:
+        return solve(snapshot, time_limit)
+    stand_ins = tuple(r for h in held for r in h.pods)
+    earliest = min(h.reservation.start_in_s for h in held)
+    backfill = [g for g in snapshot.gangs
+                if g.runtime_s is not None and g.runtime_s <= earliest]
+    first_limit = time_limit * (1 - BACKFILL_SHARE) if backfill else time_limit
+    first = solve(replace(snapshot, running=(*snapshot.running, *stand_ins)), first_limit)
+    admitted = list(first.admitted)
+    wall = first.stats.wall_seconds
+    done = first.admitted_names
+    later = [g for g in backfill if g.name not in done]
+    if later:
+        gangs = {g.name: g for g in snapshot.gangs}
+        placed = tuple(
+            Running(name=pp.pod, node=pp.node, cpu_milli=pod.cpu_milli,
+                    memory_mib=pod.memory_mib, gpus=pp.gpus, tenant=gangs[gp.gang].tenant,
+                    qos_class=pod.qos_class)
+            for gp in first.admitted for pp in gp.pods
+            for pod in gangs[gp.gang].pods if pod.name == pp.pod)
+        second = solve(replace(snapshot, gangs=tuple(later),
+                               running=(*snapshot.running, *placed)),
+                       time_limit * BACKFILL_SHARE)
+        admitted += second.admitted
+        wall += second.stats.wall_seconds
+        done = done | second.admitted_names
+    reserved = {h.reservation.gang: h.reservation for h in held}
+    deferred = []
+    for d in first.deferred:
+        if d.gang in done:
+            continue
+        r = reserved.get(d.gang)
+        if r is not None:
+            d = Deferred(d.gang, f"reserved: expected to start in {r.start_in_s:.0f} s on "
+                                 f"{', '.join(r.nodes)}, when running pods there end")
+        deferred.append(d)
+    detail = dict(first.stats.detail)
+    detail["reservations"] = float(len(held))
+    detail["backfilled"] = float(len(admitted) - len(first.admitted))
+    stats = SolveStats(solver=first.stats.solver, status=first.stats.status, wall_seconds=wall,
+                       objective=first.stats.objective, bound=first.stats.bound,
+                       fallback=first.stats.fallback, detail=detail)
+    return Plan(tuple(admitted), tuple(deferred), stats,
+                reservations=tuple(h.reservation for h in held))
