@@ -68,6 +68,10 @@ def _broken(g: GangInfo) -> Why:
     return Why("InvalidPod", message, warning=True)
 
 
+#: The start of the solver's reason for a gang capacity is held for (solver/reserve.py).
+RESERVED = "reserved: "
+
+
 def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
             plan_rejected: str | None = None) -> dict[str, Why]:
     """Why each gang Berth holds is still waiting after this cycle, by gang key."""
@@ -100,7 +104,10 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
                 out[g.key] = Why("PlanRejected", f"waiting: {plan_rejected}{tail}")
                 continue
             quota = quota_reason(snap, g.gang, used, admitting) if g.gang else None
-            if quota is not None:
+            reserved = deferred.get(g.key, "")
+            if reserved.startswith(RESERVED):
+                out[g.key] = Why("Reserved", f"waiting: {reserved}{tail}")
+            elif quota is not None:
                 out[g.key] = Why("Quota", f"waiting: {quota}{tail}")
             else:
                 why = deferred.get(g.key) or "no room for the whole gang this window"

@@ -102,6 +102,18 @@ REASONS: Final[tuple[Reason, ...]] = (
         "its `borrowing`.",
     ),
     Reason(
+        "Reserved", True, "Normal", "explain.py",
+        "The gang cannot fit now and has waited past `solver.reservations.afterSeconds`: "
+        "capacity is held for it at its earliest expected start, from the deadlines "
+        "(`activeDeadlineSeconds`) of the pods running where it will go; only gangs whose "
+        "own deadline ends before that start may use what is held (docs/reservations.md). "
+        "Re-planned every window.",
+        "waiting: reserved: expected to start in 540 s on gpu-node-3, gpu-node-4, when "
+        "running pods there end; 0 gangs ahead",
+        "Nothing; it starts when those pods end (at the latest at their deadlines). Pods "
+        "with an `activeDeadlineSeconds` of their own may backfill the held capacity.",
+    ),
+    Reason(
         "Deferred", True, "Normal", "explain.py",
         "Quota allows the gang but this window's plan did not place it. The message is the "
         "solver's reason (solver/cpsat/reasons.py), the most fundamental first: `no node with "

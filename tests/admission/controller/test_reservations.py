@@ -1,0 +1,98 @@
+"""Reservations in the controller: expected ends come from pods' activeDeadlineSeconds (an
+enforced bound a tenant cannot stretch), the reserved gang is told when it should start, and
+only gangs whose own deadline ends in time backfill what is held."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from admission.controller.snapshot import build
+from admission.controller.translate import remaining_s
+from tests.admission.controller.fakeapi import FakeApi
+from tests.admission.controller.harness import condition, controller, gates, settings
+from tests.admission.controller.objects import T0, FakeClock, node, pod
+
+NOW = T0 + timedelta(seconds=2000)
+
+
+def running(name: str, gpus: int, *, deadline: int | None, started: int = 0) -> dict[str, Any]:
+    """A pod bound to n0, started ``started`` seconds after T0."""
+    p = pod(name, gpus=gpus, gated=False, node_name="n0")
+    p["status"]["startTime"] = (T0 + timedelta(seconds=started)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if deadline is not None:
+        p["spec"]["activeDeadlineSeconds"] = deadline
+    return p
+
+
+def waiting(name: str, gpus: int, *, age: float, deadline: int | None = None,
+            **kw: Any) -> dict[str, Any]:
+    p = pod(name, gpus=gpus, created=NOW - timedelta(seconds=age), **kw)
+    if deadline is not None:
+        p["spec"]["activeDeadlineSeconds"] = deadline
+    return p
+
+
+def cluster(*pods: dict[str, Any], deadline: int | None = 2600) -> tuple[FakeApi, FakeClock]:
+    """n0 (8 GPUs), half held by a pod started at T0 with ``deadline``: it ends at the latest
+    600 s from NOW."""
+    api = FakeApi()
+    api.add_node(node("n0", gpus=8))
+    api.add_pod(running("r0", 4, deadline=deadline))
+    for p in pods:
+        api.add_pod(p)
+    return api, FakeClock(NOW)
+
+
+def test_deadlines_are_the_expected_ends_and_runtimes() -> None:
+    api, clock = cluster(waiting("big", 8, age=1000, deadline=3600), waiting("free", 1, age=5))
+    ctl = controller(api, clock)
+    built = build(ctl.inventory.view(), ctl.settings, clock())
+    (r0,) = built.snapshot.running
+    assert r0.remaining_s == 600.0
+    gangs = {g.name: g for g in built.snapshot.gangs}
+    assert gangs["team-a/big"].runtime_s == 3600.0 and gangs["team-a/free"].runtime_s is None
+    # a pod not started yet has its whole deadline ahead; a pod past it, none left
+    assert remaining_s(waiting("w", 1, age=0, deadline=90), NOW) == 90.0
+    assert remaining_s(running("late", 1, deadline=60), NOW) == 0.0
+    assert remaining_s(running("none", 1, deadline=None), NOW) is None
+
+
+def test_a_big_gang_gets_a_reservation_and_small_pods_without_deadlines_wait() -> None:
+    api, clock = cluster(waiting("big", 8, age=1000),
+                         *(waiting(f"small-{i}", 1, age=10) for i in range(4)))
+    ctl = controller(api, clock)
+    clock.advance(10)
+    report = ctl.run_cycle()
+    assert report.admitted == 0, report
+    cond = condition(api, "team-a/big")
+    assert cond is not None and cond["reason"] == "Reserved", cond
+    assert cond["message"].startswith("waiting: reserved: expected to start in 59")
+    assert "on n0" in cond["message"]
+    for i in range(4):
+        assert gates(api, f"team-a/small-{i}") == ["berth.dev/admission"]
+
+
+def test_a_pod_whose_deadline_ends_before_the_reserved_start_backfills() -> None:
+    api, clock = cluster(waiting("big", 8, age=1000), waiting("short", 2, age=10, deadline=300),
+                         waiting("long", 2, age=10, deadline=3000))
+    ctl = controller(api, clock)
+    clock.advance(10)
+    ctl.run_cycle()
+    assert gates(api, "team-a/short") == []
+    assert gates(api, "team-a/long") == ["berth.dev/admission"]
+
+
+def test_without_deadlines_or_with_reservations_off_the_hole_is_filled() -> None:
+    from solver.types import Reservations, SolverPolicy
+    off = settings(solver_policy=SolverPolicy(reservations=Reservations(max_gangs=0)))
+    for api, clock, s in (
+            (*cluster(waiting("big", 8, age=1000), waiting("small", 1, age=10), deadline=None),
+             settings()),
+            (*cluster(waiting("big", 8, age=1000), waiting("small", 1, age=10)), off)):
+        ctl = controller(api, clock, s=s)
+        clock.advance(10)
+        ctl.run_cycle()
+        assert gates(api, "team-a/small") == []
+        cond = condition(api, "team-a/big")
+        assert cond is not None and cond["reason"] != "Reserved"
