@@ -28,6 +28,7 @@ expected start. Pure: no I/O, nothing beyond the snapshot.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -48,6 +49,11 @@ BACKFILL_SHARE = 0.25
 TRIES_PER_RESERVATION = 3
 #: How far down the queue gangs are looked at (those ahead that fit now are placed first).
 MAX_AHEAD = 64
+#: How many of the running pods' expected ends are candidate starts (bisected: each trial
+#: places the gang once); with more ends, a start may come up to one spacing late.
+MAX_STARTS = 32
+#: The least share of the window's time limit the solve keeps after planning reservations.
+MIN_SOLVE_SHARE = 0.5
 
 #: What solves a snapshot within a time limit (the engine's own solve, without reservations).
 SolveFn = Callable[[Snapshot, float], Plan]
@@ -74,6 +80,10 @@ def _earliest(snapshot: Snapshot, gang: Gang, running: tuple[Running, ...], hori
                    if r.remaining_s is not None and r.remaining_s <= horizon_s})
     if not ends:
         return None
+    if len(ends) > MAX_STARTS:  # the candidate starts: spread over the ends, the last kept
+        step = len(ends) / MAX_STARTS
+        ends = sorted({ends[min(len(ends) - 1, round((i + 1) * step) - 1)]
+                       for i in range(MAX_STARTS)})
 
     def at(t: float) -> GangPlacement | None:
         left = tuple(r for r in running if r.remaining_s is None or r.remaining_s > t)
@@ -171,7 +181,10 @@ def _as_running(gang: Gang, placement: GangPlacement, remaining: float | None
 def solve_with_reservations(snapshot: Snapshot, time_limit: float, solve: SolveFn) -> Plan:
     """``solve`` for the window, with the reservations it makes held and backfilled (the
     module's steps), or plain ``solve`` when it makes none."""
+    started = time.perf_counter()
     held = plan_reservations(snapshot)
+    # the window keeps its time limit: planning the reservations came out of it
+    time_limit = max(time_limit * MIN_SOLVE_SHARE, time_limit - (time.perf_counter() - started))
     if not held:
         return solve(snapshot, time_limit)
     stand_ins = tuple(r for h in held for r in h.pods)
