@@ -251,6 +251,8 @@ class Cycle:
         s = plan.stats
         self.metrics.solver_status.labels(s.solver, s.status).inc()
         self.metrics.solver_seconds.set(s.wall_seconds)
+        self.metrics.reservations.set(len(plan.reservations))
+        self.metrics.backfilled.inc(int(s.detail.get("backfilled", 0)))
         if s.objective is not None and s.bound is not None:
             denom = max(abs(s.objective), abs(s.bound), 1e-9)
             self.metrics.solver_gap.set(abs(s.bound - s.objective) / denom)

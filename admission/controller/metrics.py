@@ -30,6 +30,10 @@ class Metrics:
                                 "of the last plan", registry=r)
         self.solver_seconds = Gauge("berth_solver_seconds", "Wall time of the last solve",
                                     registry=r)
+        self.reservations = Gauge("berth_reservations", "Gangs the last plan holds capacity "
+                                  "for (docs/reservations.md)", registry=r)
+        self.backfilled = Counter("berth_backfilled_gangs", "Gangs placed by the backfill solve: "
+                                  "known to end before a reserved start", registry=r)
         self.release_latency = Histogram(
             "berth_release_latency_seconds", "Time from pod creation to Berth's release",
             ["tenant", "qos_class", "path"], buckets=LATENCY_BUCKETS, registry=r)
