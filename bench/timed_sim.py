@@ -131,15 +131,17 @@ def tenant_rows(results: Sequence[TimedResult]) -> list[str]:
     return rows
 
 
-def alibaba_slice(nodes_n: int, pods_n: int, load: float) -> tuple[Scenario, float]:
+def alibaba_slice(nodes_n: int, pods_n: int, load: float, pod_list: str = "default"
+                  ) -> tuple[Scenario, float]:
     """The first ``nodes_n`` GPU nodes and ``pods_n`` consecutive pods by creation time from
     the middle of the trace (its early months are nearly empty), times shifted to start at 0,
-    with arrivals sped up so that the offered GPU load is ``load`` x the slice's capacity."""
+    with arrivals sped up so that the offered GPU load is ``load`` x the slice's capacity.
+    ``pod_list``: which openb pod list (``openb_pod_list_<pod_list>.csv``)."""
     from admission.simulate import read_nodes, read_pods
 
     d = data_dir() / "alibaba-gpu-v2023"
     nodes = read_nodes(d / "openb_node_list_gpu_node.csv")
-    pods = read_pods(d / "openb_pod_list_default.csv")
+    pods = read_pods(d / f"openb_pod_list_{pod_list}.csv")
     pods.sort(key=lambda p: (p.creation_time, p.name))
     start = len(pods) // 2
     t0 = pods[start].creation_time
