@@ -110,6 +110,18 @@ def test_contender_names() -> None:
     assert parse_contenders("cpsat, cpsat-oblivious,") == (Contender("cpsat"),
                                                           Contender("cpsat", False))
     assert Contender("bestfit", False).name == "bestfit-oblivious"
+    told = parse_contenders("cpsat-nodeadlines,cpsat-oblivious-nodeadlines")
+    assert told == (Contender("cpsat", deadlines=False),
+                    Contender("cpsat", False, deadlines=False))
+    assert [c.name for c in told] == ["cpsat-nodeadlines", "cpsat-oblivious-nodeadlines"]
+
+
+def test_a_contender_without_deadlines_plans_nothing_ahead() -> None:
+    from admission.simulate.timed import build_configs
+    configs = build_configs(parse_contenders("cpsat,cpsat-nodeadlines"), window_s=5.0,
+                            time_limit_s=1.0, seed=0)
+    assert [(c.name, c.deadline_factor) for c in configs] == [("cpsat", 1.0),
+                                                              ("cpsat-nodeadlines", None)]
 
 
 def test_binned_means_of_a_step_series() -> None:
