@@ -91,6 +91,29 @@ def test_unknown_tenant_and_policy_errors() -> None:
     assert any(e.startswith("policy.qos_classes[0].sm") for e in errors)
 
 
+def test_deadlines_and_reservations_are_read_and_bounded() -> None:
+    doc = {
+        "nodes": [{"name": "n", "cpu_milli": 1000, "memory_mib": 1000,
+                   "gpus": {"count": 2, "model": "T4"}}],
+        "running": [{"name": "r", "node": "n", "gpus": [{"index": 0}], "remaining_s": 600}],
+        "gangs": [{"name": "g", "tenant": "t", "runtime_s": 300,
+                   "pods": [{"name": "p", "gpu_count": 2, "gpu_milli": 1000}]}],
+        "policy": {"reservations": {"max_gangs": 2, "after_s": 60}},
+    }
+    snap = parse_snapshot(doc)
+    assert snap.running[0].remaining_s == 600 and snap.gangs[0].runtime_s == 300
+    assert (snap.policy.reservations.max_gangs, snap.policy.reservations.after_s) == (2, 60)
+    assert parse_snapshot(json.loads(json.dumps(snapshot_to_dict(snap)))) == snap
+    doc["running"][0]["remaining_s"] = -1
+    doc["gangs"][0]["runtime_s"] = "an hour"
+    doc["policy"] = {"reservations": {"max_gangs": 65, "horizon": 1}}
+    errors = _errors(doc)
+    assert any(e.startswith("running[0].remaining_s: must be") for e in errors), errors
+    assert any(e.startswith("gangs[0].runtime_s: must be a number") for e in errors), errors
+    assert any(e.startswith("policy.reservations.max_gangs: must be") for e in errors), errors
+    assert any(e.startswith("policy.reservations.horizon: unknown field") for e in errors)
+
+
 def test_the_document_must_be_a_mapping() -> None:
     for doc in (None, [], "text", 3):
         (msg,) = _errors(doc)
@@ -109,7 +132,8 @@ JSON = st.recursive(
     | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
         st.sampled_from(["name", "nodes", "gangs", "pods", "gpus", "cpu_milli", "memory_mib",
-                         "tenant", "gpu_count", "gpu_milli", "model", "x"]), inner, max_size=4),
+                         "tenant", "gpu_count", "gpu_milli", "model", "runtime_s",
+                         "remaining_s", "reservations", "max_gangs", "x"]), inner, max_size=4),
     max_leaves=25,
 )
 
