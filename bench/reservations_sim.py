@@ -1,8 +1,9 @@
 """Reservations and backfill in the timed replay: Berth's engine with every gang's deadline
 known (``cpsat``: what reservations plan with) against the same engine told no deadline
 (``cpsat-nodeadlines``: only what fits now) and the greedy baselines, on the embedded default's
-generated workload (seeds) and on slices of three openb pod lists (default, multigpu20,
-gpushare40; bench/timed_sim.py's slicing: the first 60 GPU nodes, 1,500 consecutive pods from
+generated workload (seeds) and on slices of three openb pod lists (default, gpushare40,
+gpuspec20; the multigpu lists carry no creation or deletion times, so no timed replay can be
+made of them; bench/timed_sim.py's slicing: the first 60 GPU nodes, 1,500 consecutive pods from
 the middle of the trace, arrivals sped up to 1.3x the slice's capacity, 4 tenants hashed from
 the pod names).
 
@@ -12,7 +13,7 @@ Every gang's deadline is its run time in the ``cpsat`` rows (``TimedConfig.deadl
 for the generated one) and the ratios the planning-over-time issue sets targets on (p99 and
 mean wait against best-fit's). Results: bench/reservations_sim.md.
 
-    python3 bench/reservations_sim.py [--seeds 0,1,2,3,4] [--lists default,multigpu20,gpushare40]
+    python3 bench/reservations_sim.py [--seeds 0,1,2,3,4] [--lists default,gpushare40,gpuspec20]
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def table(title: str, runs: list[dict[str, dict[str, float]]]) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2,3,4")
-    ap.add_argument("--lists", default="default,multigpu20,gpushare40")
+    ap.add_argument("--lists", default="default,gpushare40,gpuspec20")
     ap.add_argument("--factor", type=float, default=1.0)
     ap.add_argument("--time-limit", type=float, default=1.0)
     args = ap.parse_args()

@@ -142,6 +142,9 @@ def alibaba_slice(nodes_n: int, pods_n: int, load: float, pod_list: str = "defau
     d = data_dir() / "alibaba-gpu-v2023"
     nodes = read_nodes(d / "openb_node_list_gpu_node.csv")
     pods = read_pods(d / f"openb_pod_list_{pod_list}.csv")
+    if all(p.creation_time == 0 and p.deletion_time == 0 for p in pods):
+        raise SystemExit(f"openb_pod_list_{pod_list}.csv has no creation and deletion times: a "
+                         "timed replay cannot be made of it")
     pods.sort(key=lambda p: (p.creation_time, p.name))
     start = len(pods) // 2
     t0 = pods[start].creation_time
