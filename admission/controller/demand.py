@@ -110,7 +110,7 @@ def _claims_problem(pod: Obj, count: int, milli: int, memory: int,
     got = dra.demand(pod)
     if isinstance(got, str):
         return got
-    if got[2]:  # a share by capacity: its memory is the claim's, its milli the grid's
+    if got[2]:  # a share by capacity: its memory is the claim's, its milli the webhook's
         if (count, memory) != (1, got[2]) or not 0 < milli <= MILLI:
             return (f"its GPU demand ({said}, {c.ANNOTATION_GPU_MEMORY_MIB}={memory}) is not "
                     f"what its ResourceClaims ask for (a share of one GPU holding {got[2]} MiB)")

@@ -37,7 +37,7 @@ from admission.dra import (
     pod_ask,
     pod_claims,
 )
-from admission.dra.claims import CLAIM
+from admission.dra.claims import CLAIM, capacity_requests
 from admission.dra.slices import (
     MIG_PARENT,
     Device,
@@ -75,14 +75,6 @@ def _generated(pod: Obj) -> dict[str, str]:
     return {str(s.get("name")): s["resourceClaimName"]
             for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
             if isinstance(s, dict) and isinstance(s.get("resourceClaimName"), str)}
-
-
-def _capacity_requests(claim: Obj) -> set[str]:
-    """Names of the claim's requests that ask for a share by capacity: a whole-GPU request
-    on a shared device holds the device whatever its policy's default consumes."""
-    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
-    return {str(r.get("name")) for r in requests if isinstance(r, dict)
-            and isinstance(r.get("exactly"), dict) and r["exactly"].get("capacity") is not None}
 
 
 def is_dra_pod(pod: Obj) -> bool:
@@ -267,8 +259,8 @@ class DraState:
                 continue
             milli, memory = found[2], found[3]
             if memory and dev.consumed_mib:
-                if by_capacity is None:
-                    by_capacity = _capacity_requests(claim)
+                if by_capacity is None:  # a whole-GPU request holds the device whatever
+                    by_capacity = capacity_requests(claim)  # it consumed
                 if dev.request in by_capacity:  # a share: what it consumed of the memory
                     milli = min(MILLI, max(1, -(-dev.consumed_mib * MILLI // memory)))
             shares.append(GpuShare(found[1], milli))
@@ -296,8 +288,8 @@ class DraState:
     def demand(self, pod: Obj) -> tuple[int, int, int] | str:
         """(GPUs, milli each, MiB of GPU memory) the pod's claims ask for, or why that cannot
         be read (a claim made from a template that does not exist yet: ``waiting:`` and its
-        name). A share by capacity is (1, 0, its memory): its milli is the policy grid's
-        (the webhook's), which is not the claim's to say."""
+        name). A share by capacity is (1, 0, its memory): its milli is the webhook's (the
+        memory's part of the smallest allowed model's), which is not the claim's to say."""
         ns, generated = tr.namespace(pod), _generated(pod)
         lookup: dict[tuple[str, str], Obj | None] = {}
         try:

@@ -180,6 +180,16 @@ def claim_spec(obj: Obj, kind: str) -> Obj:
     return _mapping(spec.get("spec"), "spec.spec") if kind == TEMPLATE else spec
 
 
+def capacity_requests(claim: Obj) -> set[str]:
+    """Names of the ResourceClaim's requests that ask for capacity (a share by consumable
+    capacity); empty for anything it cannot read."""
+    spec = claim.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    requests = devices.get("requests") if isinstance(devices, dict) else None
+    return {str(r.get("name")) for r in requests or [] if isinstance(r, dict)
+            and isinstance(r.get("exactly"), dict) and r["exactly"].get("capacity") is not None}
+
+
 # --------------------------------------------------------------------------- CEL selectors
 _STR = r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\''
 #: The device attributes a selector may test: the GPU model, and a MIG device's profile.

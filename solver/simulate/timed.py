@@ -211,7 +211,7 @@ class TimedResult:
     reserved_gangs: int = 0  # gangs that ever held a reservation
     reserved_late: int = 0  # of them, started later than their first reserved start
     reserved_late_s: float = 0.0  # the sum of those delays
-    backfilled: int = 0  # gangs placed into reserved capacity by the backfill solve
+    backfilled: int = 0  # gangs placed by the backfill solve (known to end before a reserved start)
 
     def count(self, state: str) -> int:
         return sum(1 for o in self.outcomes if o.state == state)
@@ -657,6 +657,8 @@ class _Replay:
                 _, name = heapq.heappop(self.departures)
                 self.cluster.stop(self.placed[name])
                 self.departed.add(name)
+                for pod in self.placed[name].pods:
+                    self.deadline_end.pop(pod.name, None)
             else:
                 a = arrivals[self.next_arrival]
                 self.queues[a.gang.tenant].append(a)
