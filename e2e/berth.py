@@ -119,13 +119,19 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
                   serve: bool = False, kubeconfig: Path | None = None,
                   lease_namespace: str | None = None,
                   edit_policy: Callable[[dict[str, Any]], None] | None = None,
-                  serve_args: Sequence[str] = ()) -> Iterator[BerthWebhook]:
+                  serve_args: Sequence[str] = (),
+                  policy_doc: Mapping[str, Any] | None = None) -> Iterator[BerthWebhook]:
     """``berth webhook`` alone, or with ``serve`` the whole of Berth (``berth serve``: webhook
     and batch controller) talking to the apiserver through ``kubeconfig`` (default: the
     cluster admin's), its Lease in ``lease_namespace`` (default: the first tenant's), with
-    ``serve_args`` added to its command line."""
+    ``serve_args`` added to its command line. ``policy_doc``: a whole policy to serve instead
+    of the sample policy made to fit ``namespaces`` (whose tenants it must own)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    policy = policy_for(namespaces, workdir / "policy.yaml", edit=edit_policy)
+    if policy_doc is not None:
+        policy = workdir / "policy.yaml"
+        policy.write_text(yaml.safe_dump(dict(policy_doc), sort_keys=False))
+    else:
+        policy = policy_for(namespaces, workdir / "policy.yaml", edit=edit_policy)
     port = processes.free_port()
     certs = workdir / "certs"
     rendered = workdir / "webhook.yaml"

@@ -112,6 +112,9 @@ class DevCluster:
     workdir: Path
     with_kwok: bool = True
     die_with_parent: bool = True
+    # kwok Stage documents (YAML) that replace its built-in pod stages, e.g. stages that end a
+    # pod after a delay read from its annotations (e2e/bench_compare.py)
+    kwok_stages: tuple[str, ...] = ()
     ports: Ports = field(default_factory=Ports)
     records: list[ProcessRecord] = field(default_factory=list)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -335,6 +338,7 @@ class DevCluster:
         conf = self.workdir / "kwok.yaml"
         conf.write_text(
             "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n"
+            + "".join(f"---\n{doc.strip()}\n" for doc in self.kwok_stages)
         )
         key, value = KWOK_NODE_ANNOTATION
         proc, rec = self.spawn("kwok", [

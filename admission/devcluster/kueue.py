@@ -88,10 +88,12 @@ class Manager:
 
 def start_manager(api: client.ApiClient, spawn: processes.Spawn, *, pki: ClusterPki,
                   kubeconfig: Path, workdir: Path, namespace: str | Sequence[str],
-                  frameworks: Sequence[str] = ("batch/job",), timeout: float = 90) -> Manager:
+                  frameworks: Sequence[str] = ("batch/job",), timeout: float = 90,
+                  fair_sharing: bool = False) -> Manager:
     """Install Kueue's CRDs, run its manager for ``frameworks`` (its integrations:
     "batch/job", "pod") in ``namespace`` (one or several) and register its webhooks once it
-    is ready. Undo with :func:`stop_manager`."""
+    is ready; ``fair_sharing`` turns on its fair sharing (ClusterQueues of a cohort share
+    by their ``fairSharing.weight``). Undo with :func:`stop_manager`."""
     exe = binaries.binary("kueue")
     if shutil.which("unshare") is None:
         raise RuntimeError("Kueue needs util-linux 'unshare' (for its /etc/kueue overlay)")
@@ -117,6 +119,8 @@ def start_manager(api: client.ApiClient, spawn: processes.Spawn, *, pki: Cluster
         "integrations": {"frameworks": list(frameworks)},
         "managedJobsNamespaceSelector": only(namespace),
     }
+    if fair_sharing:
+        conf["fairSharing"] = {"enable": True}
     conf_file = workdir / "kueue-config.yaml"
     conf_file.write_text(yaml.safe_dump(conf))
     script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc"

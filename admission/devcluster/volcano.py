@@ -29,9 +29,10 @@ def install_crds(api: client.ApiClient) -> list[str]:
 
 
 def start_scheduler(api: client.ApiClient, spawn: processes.Spawn, *, kubeconfig: Path,
-                    workdir: Path, timeout: float = 60
+                    workdir: Path, timeout: float = 60, scheduler_conf: Path | None = None
                     ) -> tuple[subprocess.Popen[bytes], processes.ProcessRecord]:
-    """Install the CRDs and run ``vc-scheduler`` until healthy; stop it with
+    """Install the CRDs and run ``vc-scheduler`` until healthy (with ``scheduler_conf``, its
+    actions and plugins from that file instead of the built-in ones); stop it with
     :func:`admission.devcluster.processes.stop`."""
     exe = binaries.binary("vc-scheduler")
     install_crds(api)
@@ -46,6 +47,7 @@ def start_scheduler(api: client.ApiClient, spawn: processes.Spawn, *, kubeconfig
         f"--listen-address=127.0.0.1:{port}",
         f"--cache-dump-dir={workdir}",
         "--logtostderr",
+        *([f"--scheduler-conf={scheduler_conf}"] if scheduler_conf is not None else []),
     ], env={"KUBECONFIG": str(kubeconfig)})  # its HAMi plugin reads this
     try:
         processes.wait_until(

@@ -159,3 +159,87 @@ def weighted_max_min(
                 out[t] = demands[t]
                 active.discard(t)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpan:
+    """One pod's life as a replay saw it: it waited from ``arrival_s`` (its gang's arrival) to
+    ``start_s`` and held ``milli`` GPU-milli from ``start_s`` to ``end_s``. ``None``: not yet
+    (never started, or still running when the replay ended)."""
+
+    tenant: str
+    milli: int
+    arrival_s: float
+    start_s: float | None
+    end_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SpanFigures:
+    """What :func:`span_figures` integrates over ``[0, cutoff_s]``: the mean allocated share
+    of the cluster's GPUs, and per tenant the GPU-milli-seconds it held and what a weighted
+    max-min fair split of the cluster over the tenants' demand (held plus waiting) would have
+    given it."""
+
+    mean_utilisation: float
+    held_milli_s: dict[str, float]
+    fair_milli_s: dict[str, float]
+
+    def fair_ratio(self, tenant: str) -> float:
+        fair = self.fair_milli_s.get(tenant, 0.0)
+        return self.held_milli_s.get(tenant, 0.0) / fair if fair > 0 else 1.0
+
+    @property
+    def jain(self) -> float:
+        return jain_index([self.fair_ratio(t) for t in self.fair_milli_s]) if self.fair_milli_s \
+            else 1.0
+
+
+def span_figures(spans: Sequence[PodSpan], *, capacity_milli: int,
+                 weights: Mapping[str, float], cutoff_s: float) -> SpanFigures:
+    """Utilisation and fair shares from pod spans, by the timed replay's definitions
+    (:mod:`solver.simulate.timed`): demand is what a tenant holds plus what its arrived, not yet
+    started pods ask; both are integrated exactly between events up to ``cutoff_s``. A replay
+    on a real cluster (e2e/bench_compare.py) reports its figures through this function, so
+    they mean the same as the simulator's."""
+    if capacity_milli <= 0:
+        raise ValueError("capacity_milli must be > 0")
+    changes: list[tuple[float, str, int, int]] = []  # (time, tenant, d held, d waiting)
+    for s in spans:
+        if s.tenant not in weights:
+            raise ValueError(f"pod span of unknown tenant {s.tenant!r}")
+        changes.append((s.arrival_s, s.tenant, 0, s.milli))
+        if s.start_s is not None:
+            changes.append((s.start_s, s.tenant, s.milli, -s.milli))
+            if s.end_s is not None:
+                changes.append((s.end_s, s.tenant, -s.milli, 0))
+    changes.sort(key=lambda c: c[0])
+    held = dict.fromkeys(weights, 0)
+    waiting = dict.fromkeys(weights, 0)
+    held_s = dict.fromkeys(weights, 0.0)
+    fair_s = dict.fromkeys(weights, 0.0)
+    used_s = 0.0
+    now = 0.0
+
+    def integrate(until: float) -> None:
+        nonlocal used_s, now
+        dt = min(until, cutoff_s) - now
+        if dt <= 0:
+            return
+        for t in weights:
+            held_s[t] += held[t] * dt
+        used_s += sum(held.values()) * dt
+        demands = {t: held[t] + waiting[t] for t in weights}
+        if any(demands.values()):
+            for t, f in weighted_max_min(capacity_milli, demands, weights).items():
+                fair_s[t] += f * dt
+        now = min(until, cutoff_s)
+
+    for when, tenant, d_held, d_wait in changes:
+        integrate(when)
+        held[tenant] += d_held
+        waiting[tenant] += d_wait
+    integrate(cutoff_s)
+    return SpanFigures(
+        mean_utilisation=used_s / (capacity_milli * cutoff_s) if cutoff_s > 0 else 0.0,
+        held_milli_s=held_s, fair_milli_s=fair_s)

@@ -1,0 +1,1018 @@
+"""Head-to-head on the real control plane: one replayed workload through kube-scheduler alone,
+the real Kueue, the real Volcano, Berth in front of kube-scheduler and Berth in front of Kueue.
+
+For each workload and each system in turn a fresh local control plane (e2e/build.sh: etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler, kwok) gets the same kwok GPU nodes, the
+same tenants (one namespace each) and the same gangs at the same (compressed) arrival times. A
+gang is a batch/v1 Job of ``pods`` pods (parallelism = completions), each pod asking for whole
+GPUs; kwok runs a pod for its run time and then completes it (its ``pod-complete`` stage with
+the delay in the pod's ``pod-complete.stage.kwok.x-k8s.io/delay`` annotation), so queues drain
+and capacity frees as in a real cluster. Each system gets the gangs in its own vocabulary:
+
+- ``kube-scheduler``: the Jobs as they are.
+- ``kueue``: Kueue (batch/job integration) with one ClusterQueue per tenant in one cohort,
+  nominal quota = the tenant's quota, borrowing without limit, preemption
+  ``reclaimWithinCohort: Any``, ``BestEffortFIFO``, fair sharing by the tenants' weights; the
+  Jobs carry ``kueue.x-k8s.io/queue-name``.
+- ``volcano``: the Volcano scheduler with gang, proportion, DRF, predicates, binpack and the
+  enqueue/allocate/backfill/reclaim actions; one Queue per tenant with its weight (capability:
+  the whole cluster), one PodGroup per gang (``minMember`` = its pods); the pods carry
+  ``schedulerName: volcano`` and the group annotation.
+- ``berth``: ``berth serve`` (standalone release) with the same tenants, weights and quotas
+  (borrowing on); the pods state their gang size (``berth.dev/gang-size``).
+- ``berth-kueue``: ``berth serve`` with ``release.backend: kueue`` in front of Kueue (its pod
+  integration) with the same ClusterQueues.
+
+Every pod carries its allowed GPU models as required node affinity (every system honours it;
+Berth also reads ``berth.dev/gpu-models``) and ``activeDeadlineSeconds`` of ``--deadline-factor``
+x its run time (kwok enforces none; Berth reads it as an expected end, the others ignore it).
+
+Workloads (``--workloads``):
+
+- ``default``: the embedded default of ``berth simulate`` (solver.simulate.generate, seed
+  ``--seed``): 8 nodes / 46 GPUs of four models, three tenants (weights 2:1:1), training gangs,
+  inference and notebooks.
+- ``openb``: ``--openb-pods`` consecutive GPU pods from the middle of
+  ``openb_pod_list_default.csv`` on ``--openb-nodes`` nodes taken at even steps through the
+  openb GPU node list (its mix of models and sizes), four tenants by CRC-32 of the pod name (as ``berth simulate --mode timed`` assigns
+  them), arrivals sped up so the offered load is ``--openb-load`` x the slice's GPUs.
+
+Shares of a GPU are rounded up to one whole GPU for every system (``--fractions whole``, the
+only mode so far): kube-scheduler, Kueue and Volcano count ``nvidia.com/gpu`` per node, and
+advertising time-slicing slots beside it would let them put more on a node than it holds, so a
+comparison of shares needs per-node sharing pools (not built). All times (arrivals, run times)
+are divided by ``--compress``.
+
+Metrics per system, from watch events (e2e time, seconds after the first arrival): a gang's
+wait is from its Job's create call to the moment all its pods were Running; p50/p90/p99
+overall and by gang size; GPU allocation over time and its mean over the arrival period;
+each tenant's GPU time against its weighted max-min fair share while backlogged
+(:func:`solver.simulate.metrics.span_figures`, the timed simulator's definitions); gangs ever
+partly bound for more than ``--partial-s`` seconds (some pods bound, others not: a deadlock
+risk); gangs never started; pods lost (a pod that vanished unfinished with nothing to replace
+it); CPU seconds of the system's own processes and of kube-scheduler.
+
+The same workload through the timed simulator (``simulate_timed``, Berth's engine with the
+policy Berth served, the same window and time limit): its prediction of Berth's waits and
+utilisation against the real run.
+
+    python3 e2e/bench_compare.py --out e2e/bench_compare.md     # the comparison (~40 min)
+    python3 e2e/bench_compare.py --small                        # a few minutes, correctness
+
+A measurement: it asserts nothing about speed or quality. It exits non-zero if a system could
+not run, a pod was lost, or a gang of a gang-aware system (not kube-scheduler) was partly bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from admission import constants as c  # noqa: E402
+from admission.devcluster import (  # noqa: E402
+    DevCluster,
+    create_nodes,
+    kube,
+    processes,
+)
+from admission.devcluster import kueue as dk  # noqa: E402
+from admission.devcluster import volcano as dv  # noqa: E402
+from admission.devcluster.berth import SAMPLE_POLICY  # noqa: E402
+from admission.devcluster.binaries import read_versions  # noqa: E402
+from admission.devcluster.nodes import FakeGpuNode  # noqa: E402
+from admission.devcluster.processes import group_members  # noqa: E402
+from admission.kube import RawWatch  # noqa: E402
+from admission.policy import load_policy, to_solver  # noqa: E402
+from e2e.bench_pace import cpu_seconds  # noqa: E402
+from e2e.berth import berth_webhook  # noqa: E402
+from e2e.conftest import E2ECluster  # noqa: E402
+from solver.simulate.metrics import PodSpan, percentiles, span_figures  # noqa: E402
+from solver.simulate.timed import TimedConfig, simulate_timed  # noqa: E402
+from solver.simulate.timed_scenario import Scenario, TimedGang  # noqa: E402
+from solver.types import MILLI, Gang, Node, PodRequest  # noqa: E402
+
+SYSTEMS = ("kube-scheduler", "kueue", "volcano", "berth", "berth-kueue")
+GANG_AWARE = frozenset({"kueue", "volcano", "berth", "berth-kueue"})
+WORKLOADS = ("default", "openb")
+KWOK_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+KWOK_JITTER = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
+KWOK_AT_ONCE = ("pod-create", "pod-ready", "pod-init-container-running",
+                "pod-init-container-completed", "pod-delete")
+GANG_LABEL = "bench.berth.dev/gang"
+QUEUE = "bench"  # the LocalQueue in every tenant namespace (Kueue)
+WINDOW_S = 2.0  # Berth's batch window here, and the simulator's
+TIME_LIMIT_S = 1.0  # Berth's solver time limit here, and the simulator's
+
+
+# ------------------------------------------------------------------------------------------
+# Workloads
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplayGang:
+    """One gang as every system receives it: ``pods`` pods of ``gpus`` whole GPUs each."""
+
+    name: str  # the Job's name, a DNS label
+    tenant: str
+    pods: int
+    gpus: int
+    cpu_milli: int
+    memory_mib: int
+    models: tuple[str, ...]
+    arrival_s: float
+    duration_s: float
+
+    @property
+    def gpu_total(self) -> int:
+        return self.pods * self.gpus
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    nodes: tuple[Node, ...]
+    weights: Mapping[str, float]
+    gangs: tuple[ReplayGang, ...]
+    note: str
+    compress: float  # every time was divided by this
+
+    @property
+    def capacity_gpus(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)
+
+    @property
+    def last_arrival_s(self) -> float:
+        return max(g.arrival_s for g in self.gangs)
+
+    def quotas(self) -> dict[str, int]:
+        """Each tenant's nominal quota: its weight's part of the cluster's GPUs, rounded down
+        (the sum never exceeds the cluster)."""
+        total = sum(self.weights.values())
+        return {t: int(self.capacity_gpus * w / total) for t, w in self.weights.items()}
+
+
+_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+def dns_name(name: str) -> str:
+    out = _DNS.sub("-", name.lower()).strip("-")[:50].strip("-")
+    return out if len(out) == len(name) else f"{out}-{zlib.crc32(name.encode()) % 10**6:06d}"
+
+
+def from_scenario(name: str, scenario: Scenario, *, compress: float, note: str,
+                  max_gangs: int | None = None) -> Workload:
+    """The scenario's gangs with shares rounded up to whole GPUs and every time divided by
+    ``compress`` (run times at least 2 s)."""
+    gangs = []
+    for a in scenario.arrivals[:max_gangs]:
+        first = a.gang.pods[0]
+        if any((p.gpu_count, p.gpu_milli, p.models) != (first.gpu_count, first.gpu_milli,
+                                                         first.models) for p in a.gang.pods):
+            raise ValueError(f"gang {a.gang.name}: pods of different shapes are not replayed")
+        gangs.append(ReplayGang(
+            name=dns_name(a.gang.name), tenant=a.gang.tenant, pods=len(a.gang.pods),
+            gpus=max(1, first.gpu_count), cpu_milli=first.cpu_milli,
+            memory_mib=first.memory_mib, models=tuple(sorted(first.models)),
+            arrival_s=round(a.arrival_s / compress, 3),
+            duration_s=max(2.0, round(a.duration_s / compress, 3))))
+    return Workload(name=name, nodes=scenario.nodes,
+                    weights={t.name: t.weight for t in scenario.tenants},
+                    gangs=tuple(gangs), note=note, compress=compress)
+
+
+def default_workload(seed: int, compress: float, max_gangs: int | None = None) -> Workload:
+    from solver.simulate.generate import generate
+
+    sc = generate(seed=seed)
+    return from_scenario(
+        "default", sc, compress=compress, max_gangs=max_gangs,
+        note=(f"embedded default, seed {seed}: {len(sc.nodes)} nodes / "
+              f"{sum(len(n.gpus) for n in sc.nodes)} GPUs, "
+              f"{len(sc.arrivals[:max_gangs])} gangs of {len(sc.tenants)} tenants; "
+              f"times / {compress:g}"))
+
+
+def openb_workload(nodes_n: int, pods_n: int, load: float, compress: float) -> Workload:
+    """GPU pods of openb_pod_list_default.csv from the middle of the trace, shares rounded up
+    to whole GPUs, arrivals sped up (run times kept) until the GPU time offered within the
+    arrival period is ``load`` x the slice's GPUs, then everything divided by ``compress``."""
+    from admission.simulate import read_nodes, read_pods
+    from solver.simulate.timed_scenario import scenario_from_trace
+
+    data = Path(os.environ.get("BERTH_DATA_DIR", REPO.parent / "shared" / "data"))
+    d = data / "alibaba-gpu-v2023"
+    if not d.is_dir():
+        raise SystemExit(f"openb workload: {d} is missing (set BERTH_DATA_DIR to the folder "
+                         "holding alibaba-gpu-v2023/)")
+    every = read_nodes(d / "openb_node_list_gpu_node.csv")
+    nodes = every[:: max(1, len(every) // nodes_n)][:nodes_n]  # a sample of the whole mix
+    pods = sorted((p for p in read_pods(d / "openb_pod_list_default.csv") if p.num_gpu > 0),
+                  key=lambda p: (p.creation_time, p.name))
+    start = len(pods) // 2
+    t0 = pods[start].creation_time
+    pods = [replace(p, creation_time=p.creation_time - t0, deletion_time=p.deletion_time - t0,
+                    gpu_milli=MILLI) for p in pods[start:start + pods_n]]
+    capacity = sum(len(n.gpus) for n in nodes)
+    largest = max(len(n.gpus) for n in nodes)
+    pods = [p for p in pods if p.num_gpu <= largest]
+    span = max(1, pods[-1].creation_time - pods[0].creation_time)
+
+    def offered(speedup: float) -> float:
+        window = span / speedup
+        gpu_s = sum(p.num_gpu * min(window, max(1, p.deletion_time - p.creation_time))
+                    for p in pods)
+        return gpu_s / (capacity * window)
+
+    lo, hi = 1.0, 1e6
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if offered(mid) < load else (lo, mid)
+    sc = scenario_from_trace(nodes, pods, tenants=4, speedup=lo)
+    # the trace's run times are long-tailed (some pods ran for weeks): cut at the arrival span
+    cut = span / lo
+    sc = replace(sc, arrivals=tuple(replace(a, duration_s=min(a.duration_s, cut))
+                                    for a in sc.arrivals))
+    return from_scenario(
+        "openb", sc, compress=compress,
+        note=(f"openb_pod_list_default.csv: {len(pods)} GPU pods from the middle of the trace "
+              f"on {nodes_n} GPU nodes ({capacity} GPUs, every {max(1, len(every) // nodes_n)}th of the list), 4 tenants by CRC-32 of the "
+              f"pod name, arrivals x{lo:.0f} faster for an offered load of {load:g}, run times "
+              f"cut at the arrival span; times / {compress:g}"))
+
+
+# ------------------------------------------------------------------------------------------
+# The cluster: nodes, kwok stages, the tenants' namespaces
+# ------------------------------------------------------------------------------------------
+
+
+def kwok_pod_stages() -> tuple[str, ...]:
+    """kwok's own "general" pod stages (pod-complete after the delay its annotation gives),
+    read from the kwok module at the pinned version in the Go module cache."""
+    version = read_versions()["KWOK_VERSION"]
+    out = subprocess.run(["go", "mod", "download", "-json", f"sigs.k8s.io/kwok@{version}"],
+                         capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir(),
+                         env={**os.environ, "GOFLAGS": "-mod=mod"})
+    info = json.loads(out.stdout or "{}")
+    if out.returncode != 0 or "Dir" not in info:
+        raise SystemExit(f"kwok {version}'s stages: go mod download failed: "
+                         f"{info.get('Error') or out.stderr.strip()}")
+    stages = Path(info["Dir"]) / "kustomize" / "stage" / "pod" / "general"
+    docs = tuple(p.read_text() for p in sorted(stages.glob("pod-*.yaml")))
+    if not any("pod-complete" in d for d in docs):
+        raise SystemExit(f"no pod-complete stage in {stages}")
+    return docs
+
+
+def fake_node(n: Node) -> FakeGpuNode:
+    model = n.gpus[0].model if n.gpus else "none"
+    domains = {g.nvlink_domain for g in n.gpus}
+    return FakeGpuNode(
+        name=dns_name(n.name), gpus=len(n.gpus), gpu_product=model,
+        gpu_memory_mib=n.gpus[0].memory_mib if n.gpus else 0,
+        nvlink_domains=max(1, len(domains)) if None not in domains else max(1, len(n.gpus)),
+        topology={k: v for k, v in n.topology.items() if k in ("rack", "block")},
+        cpu=f"{n.cpu_milli}m", memory=f"{n.memory_mib}Mi", pods="110")
+
+
+# ------------------------------------------------------------------------------------------
+# Objects in each system's vocabulary
+# ------------------------------------------------------------------------------------------
+
+
+def job_manifest(g: ReplayGang, *, deadline_factor: float, labels: Mapping[str, str] = {},
+                 pod_annotations: Mapping[str, str] = {}, scheduler: str | None = None
+                 ) -> dict[str, Any]:
+    ms = int(g.duration_s * 1000)
+    # kwok's stages start a bound pod at once and end it after its run time
+    annotations = {f"{stage}.stage.kwok.x-k8s.io/{key}": "0ms" for stage in KWOK_AT_ONCE
+                   for key in ("delay", "jitter-delay")}
+    annotations.update({KWOK_DELAY: f"{ms}ms", KWOK_JITTER: f"{ms}ms", **pod_annotations})
+    limits = {"nvidia.com/gpu": str(g.gpus)}
+    requests = {"cpu": f"{g.cpu_milli}m", "memory": f"{g.memory_mib}Mi", **limits}
+    spec: dict[str, Any] = {
+        "containers": [{"name": "work", "image": "registry.invalid/bench:1",
+                        "resources": {"requests": requests, "limits": limits}}],
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+        "activeDeadlineSeconds": max(1, math.ceil(g.duration_s * deadline_factor)),
+    }
+    if g.models:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{
+                "key": "nvidia.com/gpu.product", "operator": "In", "values": list(g.models)}]}]}}}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": g.name, "labels": {GANG_LABEL: g.name, **labels}},
+        "spec": {
+            "parallelism": g.pods, "completions": g.pods, "backoffLimit": 6,
+            "template": {
+                "metadata": {"labels": {GANG_LABEL: g.name}, "annotations": annotations},
+                "spec": spec}},
+    }
+
+
+class System:
+    """One system under test: set up on a fresh cluster, then each gang created its way."""
+
+    name = ""
+
+    def __init__(self, e2e: E2ECluster, workload: Workload, namespaces: Mapping[str, str],
+                 work: Path, args: argparse.Namespace) -> None:
+        self.e2e, self.workload, self.namespaces = e2e, workload, namespaces
+        self.work, self.args = work, args
+        self.batch = client.BatchV1Api(e2e.api)
+        self.pgids: list[int] = []
+        self.policy_file: Path | None = None
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        yield
+
+    def job(self, g: ReplayGang) -> dict[str, Any]:
+        return job_manifest(g, deadline_factor=self.args.deadline_factor)
+
+    def submit(self, g: ReplayGang) -> None:
+        self.batch.create_namespaced_job(self.namespaces[g.tenant], self.job(g))
+
+    def processes(self) -> list[int]:
+        return [pid for pgid in self.pgids for pid in group_members(pgid)]
+
+
+class KubeScheduler(System):
+    name = "kube-scheduler"
+
+
+def kueue_api_version() -> str:
+    return dk.KUEUE_API.rsplit("/", 1)[1]
+
+
+def kueue_cluster_queues(api: client.ApiClient, workload: Workload,
+                         namespaces: Mapping[str, str]) -> None:
+    """One ClusterQueue per tenant in one cohort (nominal quota: the tenant's, borrowing
+    unlimited, reclaimWithinCohort Any, BestEffortFIFO, fair-sharing weight), one
+    ResourceFlavor, and the LocalQueue ``bench`` in each tenant's namespace."""
+    flavors = kube.resource(api, dk.KUEUE_API, "ResourceFlavor")
+    cqs = kube.resource(api, dk.KUEUE_API, "ClusterQueue")
+    lqs = kube.resource(api, dk.KUEUE_API, "LocalQueue")
+    kube.create_once(flavors.create, body={"apiVersion": dk.KUEUE_API, "kind": "ResourceFlavor",
+                                           "metadata": {"name": "gpu"}})
+    cohort_key = "cohort" if kueue_api_version() == "v1beta1" else "cohortName"
+    cpu = sum(n.cpu_milli for n in workload.nodes) // 1000 + 1
+    mem = sum(n.memory_mib for n in workload.nodes) + 1
+    total = sum(workload.weights.values())
+    for tenant, quota in workload.quotas().items():
+        share = workload.weights[tenant] / total
+        resources = [{"name": "cpu", "nominalQuota": str(math.ceil(cpu * share))},
+                     {"name": "memory", "nominalQuota": f"{math.ceil(mem * share)}Mi"},
+                     {"name": "nvidia.com/gpu", "nominalQuota": str(quota)}]
+        kube.create_once(cqs.create, body={
+            "apiVersion": dk.KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": tenant},
+            "spec": {
+                cohort_key: "bench",
+                "namespaceSelector": {},
+                "queueingStrategy": "BestEffortFIFO",
+                "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "Never"},
+                "fairSharing": {"weight": str(workload.weights[tenant])},
+                "resourceGroups": [{"coveredResources": [r["name"] for r in resources],
+                                    "flavors": [{"name": "gpu", "resources": resources}]}]}})
+        kube.create_once(lqs.create, namespace=namespaces[tenant], body={
+            "apiVersion": dk.KUEUE_API, "kind": "LocalQueue", "metadata": {"name": QUEUE},
+            "spec": {"clusterQueue": tenant}})
+
+
+class Kueue(System):
+    name = "kueue"
+    frameworks: tuple[str, ...] = ("batch/job",)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        assert self.e2e.local is not None
+        manager = dk.start_manager(
+            self.e2e.api, processes.spawner(self.work / "kueue"), pki=self.e2e.local.pki,
+            kubeconfig=self.e2e.kubeconfig, workdir=self.work / "kueue",
+            namespace=list(self.namespaces.values()), frameworks=self.frameworks,
+            fair_sharing=True)
+        self.pgids.append(manager.record.pgid)
+        try:
+            kueue_cluster_queues(self.e2e.api, self.workload, self.namespaces)
+            yield
+        finally:
+            dk.stop_manager(self.e2e.api, manager)
+
+    def job(self, g: ReplayGang) -> dict[str, Any]:
+        return job_manifest(g, deadline_factor=self.args.deadline_factor,
+                            labels={c.KUEUE_QUEUE_LABEL: QUEUE})
+
+
+VOLCANO_CONF = """\
+actions: "enqueue, allocate, backfill, reclaim"
+tiers:
+- plugins:
+  - name: priority
+  - name: gang
+  - name: conformance
+- plugins:
+  - name: drf
+  - name: predicates
+  - name: proportion
+  - name: nodeorder
+  - name: binpack
+"""
+
+
+class Volcano(System):
+    name = "volcano"
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        conf = self.work / "volcano-scheduler.conf"
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text(VOLCANO_CONF)
+        proc, record = dv.start_scheduler(
+            self.e2e.api, processes.spawner(self.work / "volcano"),
+            kubeconfig=self.e2e.kubeconfig, workdir=self.work / "volcano", scheduler_conf=conf)
+        self.pgids.append(record.pgid)
+        queues = kube.resource(self.e2e.api, dv.VOLCANO_API, "Queue")
+        self.groups = kube.resource(self.e2e.api, dv.VOLCANO_API, "PodGroup")
+        try:
+            for tenant, weight in self.workload.weights.items():
+                kube.create_once(queues.create, body={
+                    "apiVersion": dv.VOLCANO_API, "kind": "Queue", "metadata": {"name": tenant},
+                    "spec": {"weight": max(1, round(weight)), "reclaimable": True,
+                             "capability": {
+                                 "nvidia.com/gpu": str(self.workload.capacity_gpus)}}})
+            yield
+        finally:
+            processes.stop(record, proc)
+
+    def submit(self, g: ReplayGang) -> None:
+        ns = self.namespaces[g.tenant]
+        self.groups.create(namespace=ns, body={
+            "apiVersion": dv.VOLCANO_API, "kind": "PodGroup",
+            "metadata": {"name": g.name},
+            "spec": {"minMember": g.pods, "queue": g.tenant,
+                     "minResources": {"nvidia.com/gpu": str(g.gpu_total)}}})
+        self.batch.create_namespaced_job(ns, job_manifest(
+            g, deadline_factor=self.args.deadline_factor, scheduler="volcano",
+            pod_annotations={c.VOLCANO_GROUP_ANNOTATION: g.name}))
+
+
+def berth_policy(workload: Workload, namespaces: Mapping[str, str], *, backend: str,
+                 compress: float) -> dict[str, Any]:
+    """The sample policy with the workload's tenants (namespace, weight, quota, borrowing
+    without limit), its GPU models, whole GPUs only, a 2 s window, a 1 s solver limit, and
+    every duration in it (aging, reservations) divided by ``compress`` like the workload's."""
+    doc: dict[str, Any] = yaml.safe_load(SAMPLE_POLICY.read_text())
+    largest = max(len(n.gpus) for n in workload.nodes)
+    biggest_gang = max(g.pods for g in workload.gangs)
+    doc["tenants"] = [{
+        "name": t, "namespaces": [namespaces[t]], "quota": {"gpus": q},
+        "weight": workload.weights[t], "borrowing": {"enabled": True},
+        "limits": {"maxGpusPerPod": largest, "maxGangSize": max(biggest_gang, 2)},
+        "queues": {"kueue": QUEUE, "volcano": t}} for t, q in workload.quotas().items()]
+    models = {g.model: g.memory_mib for n in workload.nodes for g in n.gpus}
+    doc["gpuModels"] = [{"name": m, "memoryMiB": mem} for m, mem in sorted(models.items())]
+    doc["sharing"] = {"backend": "none"}
+    doc["batch"] = {**doc.get("batch", {}), "windowSeconds": WINDOW_S,
+                    "fastPathClasses": []}
+    solver = doc.setdefault("solver", {})
+    solver["timeLimitSeconds"] = TIME_LIMIT_S
+    weights = solver.setdefault("weights", {})
+    weights["agingPerHour"] = weights.get("agingPerHour", 0.5) * compress
+    rsv = solver.setdefault("reservations", {})
+    rsv["afterSeconds"] = rsv.get("afterSeconds", 300) / compress
+    rsv["horizonSeconds"] = rsv.get("horizonSeconds", 21600) / compress
+    doc["release"] = {"backend": backend}
+    return doc
+
+
+class Berth(System):
+    name = "berth"
+    backend = "standalone"
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        doc = berth_policy(self.workload, self.namespaces, backend=self.backend,
+                           compress=self.workload.compress)
+        with contextlib.ExitStack() as stack:
+            if self.backend == "kueue":
+                stack.enter_context(Kueue.running(self))  # type: ignore[arg-type]
+            hook = stack.enter_context(berth_webhook(
+                self.e2e, self.work / "berth", self.namespaces, serve=True, policy_doc=doc))
+            assert hook.record is not None
+            self.pgids.append(hook.record.pgid)
+            self.policy_file = hook.policy
+            self.log = hook.log
+            yield
+
+    def job(self, g: ReplayGang) -> dict[str, Any]:
+        annotations = {c.ANNOTATION_GANG_SIZE: str(g.pods)}
+        if g.models:
+            annotations[c.ANNOTATION_GPU_MODELS] = ",".join(g.models)
+        return job_manifest(g, deadline_factor=self.args.deadline_factor,
+                            pod_annotations=annotations)
+
+
+class BerthKueue(Berth):
+    name = "berth-kueue"
+    backend = "kueue"
+    frameworks: tuple[str, ...] = ("pod",)
+
+
+SYSTEM_CLASSES: dict[str, type[System]] = {
+    s.name: s for s in (KubeScheduler, Kueue, Volcano, Berth, BerthKueue)}
+
+
+# ------------------------------------------------------------------------------------------
+# Watching: every pod's bound, Running and end times
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PodSeen:
+    gang: str
+    bound: float | None = None
+    running: float | None = None
+    ended: float | None = None
+    succeeded: bool = False
+    deleted: bool = False
+
+
+@dataclass
+class Watcher:
+    """Pods of the tenants' namespaces as watch events show them, timed from ``t0``."""
+
+    core: client.CoreV1Api
+    t0: float
+    pods: dict[str, PodSeen] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, ns: str) -> None:
+        version: str | None = None
+        while not self.stop.is_set():
+            w = RawWatch()
+            kwargs: dict[str, Any] = {"timeout_seconds": 5, "allow_watch_bookmarks": True}
+            if version:
+                kwargs["resource_version"] = version
+            try:
+                for ev in w.stream(self.core.list_namespaced_pod, ns, **kwargs):
+                    pod, now = ev["object"], time.monotonic() - self.t0
+                    version = pod["metadata"].get("resourceVersion") or version
+                    if ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        self._see(ns, pod, now, deleted=ev["type"] == "DELETED")
+                    if self.stop.is_set():
+                        w.stop()
+            except client.ApiException as exc:
+                if exc.status != 410:
+                    raise
+                version = None
+            except Exception:  # a dropped connection: watch again from the last version
+                time.sleep(0.5)
+
+    def _see(self, ns: str, pod: dict[str, Any], now: float, *, deleted: bool) -> None:
+        meta = pod["metadata"]
+        gang = (meta.get("labels") or {}).get(GANG_LABEL)
+        if not gang:
+            return
+        key = f"{ns}/{meta['name']}"
+        status = pod.get("status") or {}
+        phase = status.get("phase")
+        with self.lock:
+            seen = self.pods.setdefault(key, PodSeen(gang=f"{ns}/{gang}"))
+            if pod["spec"].get("nodeName") and seen.bound is None:
+                seen.bound = now
+            if phase == "Running" and seen.running is None:
+                seen.running = now
+            if phase in ("Succeeded", "Failed") and seen.ended is None:
+                seen.ended = now
+                seen.succeeded = phase == "Succeeded"
+                if seen.running is None:  # ran and ended between two events
+                    seen.running = now
+            if deleted:
+                seen.deleted = True
+                if seen.ended is None:
+                    seen.ended = now
+
+
+# ------------------------------------------------------------------------------------------
+# One run
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GangResult:
+    key: str
+    tenant: str
+    pods: int
+    gpus: int
+    arrival_s: float
+    start_s: float | None
+    partial_s: float  # longest stretch with some but not all of its live pods bound
+
+
+def gang_results(workload: Workload, namespaces: Mapping[str, str], created: Mapping[str, float],
+                 seen: Mapping[str, PodSeen], end: float) -> list[GangResult]:
+    by_gang: dict[str, list[PodSeen]] = {}
+    for p in seen.values():
+        by_gang.setdefault(p.gang, []).append(p)
+    out = []
+    for g in workload.gangs:
+        key = f"{namespaces[g.tenant]}/{g.name}"
+        pods = by_gang.get(key, [])
+        arrival = created.get(key)
+        if arrival is None:
+            continue
+        # the first moment g.pods of its pods were Running together
+        events = sorted([(p.running, 1) for p in pods if p.running is not None]
+                        + [(p.ended, -1) for p in pods if p.ended is not None
+                           and p.running is not None], key=lambda e: (e[0], -e[1]))
+        live, start = 0, None
+        for t, d in events:
+            live += d
+            if live >= g.pods:
+                start = t
+                break
+        # partly bound: between the first and the last of its pods' binds (each attempt)
+        bound = sorted(p.bound for p in pods if p.bound is not None)
+        partial = 0.0
+        if g.pods > 1 and bound:
+            partial = (bound[g.pods - 1] if len(bound) >= g.pods else end) - bound[0]
+        out.append(GangResult(key, g.tenant, g.pods, g.gpus, arrival, start, partial))
+    return out
+
+
+def spans_of(workload: Workload, namespaces: Mapping[str, str], created: Mapping[str, float],
+             seen: Mapping[str, PodSeen]) -> list[PodSpan]:
+    """Per pod of every gang: waiting from its gang's create call, holding from Running to
+    its end; pods never seen wait until the cut-off."""
+    spans: list[PodSpan] = []
+    by_gang: dict[str, list[PodSeen]] = {}
+    for p in seen.values():
+        by_gang.setdefault(p.gang, []).append(p)
+    for g in workload.gangs:
+        key = f"{namespaces[g.tenant]}/{g.name}"
+        arrival = created.get(key)
+        if arrival is None:
+            continue
+        ran = sorted((p for p in by_gang.get(key, []) if p.running is not None),
+                     key=lambda p: p.running or 0)
+        milli = g.gpus * MILLI
+        for i in range(g.pods):
+            if i < len(ran):
+                spans.append(PodSpan(g.tenant, milli, arrival, ran[i].running, ran[i].ended))
+            else:
+                spans.append(PodSpan(g.tenant, milli, arrival, None, None))
+        for p in ran[g.pods:]:  # replacements of preempted pods: held, not waited for
+            spans.append(PodSpan(g.tenant, milli, p.running or arrival, p.running, p.ended))
+    return spans
+
+
+def run_system(workload: Workload, system_name: str, args: argparse.Namespace,
+               stages: tuple[str, ...]) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix=f"berth-compare-{system_name}-"))
+    cluster = DevCluster(workdir=work / "cluster", kwok_stages=stages)
+    cluster.start()
+    try:
+        api = config.new_client_from_config(str(cluster.kubeconfig))
+        core = client.CoreV1Api(api)
+        fleet = [fake_node(n) for n in workload.nodes]
+        create_nodes(core, fleet)
+        e2e = E2ECluster(api=api, kubeconfig=cluster.kubeconfig, nodes=fleet, local=cluster)
+        namespaces = {t: kube.ensure_namespace(core, t) for t in workload.weights}
+        system = SYSTEM_CLASSES[system_name](e2e, workload, namespaces, work, args)
+        scheduler_pid = next(r.pid for r in cluster.records if r.name == "kube-scheduler")
+        with system.running():
+            return _replay(workload, system, core, namespaces, args, scheduler_pid)
+    finally:
+        if args.keep:
+            cluster.stop()
+            print(f"  kept {work}", flush=True)
+        else:
+            cluster.wipe()
+
+
+def _replay(workload: Workload, system: System, core: client.CoreV1Api,
+            namespaces: Mapping[str, str], args: argparse.Namespace,
+            scheduler_pid: int) -> dict[str, Any]:
+    own0 = cpu_seconds(system.processes())
+    sched0 = cpu_seconds([scheduler_pid])
+    t0 = time.monotonic()
+    watcher = Watcher(core, t0)
+    threads = [threading.Thread(target=watcher.run, args=(ns,), daemon=True)
+               for ns in namespaces.values()]
+    for t in threads:
+        t.start()
+    created: dict[str, float] = {}
+    failed: list[str] = []
+    lock = threading.Lock()
+
+    def submit(g: ReplayGang) -> None:
+        delay = g.arrival_s - (time.monotonic() - t0)
+        if delay > 0:
+            time.sleep(delay)
+        now = time.monotonic() - t0
+        try:
+            system.submit(g)
+        except client.ApiException as exc:
+            with lock:
+                failed.append(f"{g.name}: {exc.status} {exc.reason}: {str(exc.body)[:300]}")
+            return
+        with lock:
+            created[f"{namespaces[g.tenant]}/{g.name}"] = now
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        # submitted in arrival order: each worker sleeps until its gang's time
+        list(pool.map(submit, sorted(workload.gangs, key=lambda g: g.arrival_s)))
+    deadline = time.monotonic() + args.drain_s
+    while time.monotonic() < deadline:
+        with watcher.lock:
+            seen = dict(watcher.pods)
+        results = gang_results(workload, namespaces, created, seen, time.monotonic() - t0)
+        if len(results) == len(created) and all(r.start_s is not None for r in results):
+            break
+        time.sleep(1)
+    end = time.monotonic() - t0
+    own = cpu_seconds(system.processes()) - own0
+    sched = cpu_seconds([scheduler_pid]) - sched0
+    watcher.stop.set()
+    with watcher.lock:
+        seen = dict(watcher.pods)
+    results = gang_results(workload, namespaces, created, seen, end)
+    spans = spans_of(workload, namespaces, created, seen)
+    # lost: a gang whose pods all vanished unfinished and whose Job has no pod left to run
+    lost = _lost_pods(core, namespaces, seen)
+    waits = [r.start_s - r.arrival_s for r in results if r.start_s is not None]
+    figures = span_figures(spans, capacity_milli=workload.capacity_gpus * MILLI,
+                           weights=workload.weights, cutoff_s=workload.last_arrival_s)
+    by_size: dict[str, list[float]] = {}
+    for r in results:
+        if r.start_s is not None:
+            size = "1 GPU" if r.pods * r.gpus == 1 else (
+                "2-8 GPUs" if r.pods * r.gpus <= 8 else ">8 GPUs")
+            by_size.setdefault(size, []).append(r.start_s - r.arrival_s)
+    series = _allocation_series(spans, workload.capacity_gpus * MILLI, end)
+    return {
+        "system": system.name, "workload": workload.name, "gangs": len(workload.gangs),
+        "created": len(created), "create_failed": len(failed),
+        "first_failures": failed[:3],
+        "started": len(waits), "never_started": len(results) - len(waits),
+        "wait_s": percentiles(waits) if waits else {},
+        "wait_mean_s": statistics.fmean(waits) if waits else None,
+        "wait_by_size_p99_s": {k: percentiles(v)["p99"] for k, v in sorted(by_size.items())},
+        "gpu_allocated": figures.mean_utilisation,
+        "tenants": {t: {"fair_ratio": figures.fair_ratio(t),
+                        "gpu_hours": figures.held_milli_s[t] / MILLI / 3600}
+                    for t in workload.weights},
+        "worst_fair_ratio": min(figures.fair_ratio(t) for t in workload.weights),
+        "jain": figures.jain,
+        "partly_bound": sum(1 for r in results if r.partial_s > args.partial_s),
+        "partly_bound_max_s": max((r.partial_s for r in results), default=0.0),
+        "pods_lost": lost,
+        "system_cpu_s": round(own, 1),
+        "kube_scheduler_cpu_s": round(sched, 1),
+        "end_s": round(end, 1),
+        "series": series,
+        "load_1m": round(os.getloadavg()[0], 1),
+        "policy": str(system.policy_file) if system.policy_file else None,
+    }
+
+
+def _lost_pods(core: client.CoreV1Api, namespaces: Mapping[str, str],
+               seen: Mapping[str, PodSeen]) -> int:
+    """Pods that were deleted unfinished while their Job shows no pod to replace them, nor
+    completion: work nobody will run. A Job's replacement (same gang) makes up for a deletion."""
+    lost = 0
+    alive: dict[str, int] = {}
+    for ns in namespaces.values():
+        for p in core.list_namespaced_pod(ns).items:
+            gang = (p.metadata.labels or {}).get(GANG_LABEL)
+            if gang:
+                alive[f"{ns}/{gang}"] = alive.get(f"{ns}/{gang}", 0) + 1
+    gone: dict[str, int] = {}
+    done: dict[str, int] = {}
+    for p in seen.values():
+        if p.deleted and not p.succeeded:
+            gone[p.gang] = gone.get(p.gang, 0) + 1
+        if p.succeeded:
+            done[p.gang] = done.get(p.gang, 0) + 1
+    for gang, n in gone.items():
+        if not alive.get(gang) and not done.get(gang):
+            lost += n
+    return lost
+
+
+def _allocation_series(spans: Sequence[PodSpan], capacity_milli: int, end: float
+                       ) -> list[tuple[float, float]]:
+    """Allocated GPU share, sampled every second from 0 to ``end``."""
+    steps = max(1, int(end))
+    held = [0.0] * (steps + 1)
+    for s in spans:
+        if s.start_s is None:
+            continue
+        a = math.ceil(s.start_s)
+        b = int(min(steps, math.floor(s.end_s if s.end_s is not None else end)))
+        for i in range(a, b + 1):
+            held[i] += s.milli
+    return [(float(i), round(h / capacity_milli, 4)) for i, h in enumerate(held)]
+
+
+# ------------------------------------------------------------------------------------------
+# The simulator's prediction of the same workload
+# ------------------------------------------------------------------------------------------
+
+
+def simulated(workload: Workload, policy_file: Path, args: argparse.Namespace
+              ) -> dict[str, Any]:
+    """The workload through ``simulate_timed`` with Berth's engine, under the policy Berth
+    served (its tenants, quotas and weights as ``to_solver`` gives them to the controller)."""
+    policy, tenants = to_solver(load_policy(policy_file))
+    by_name = {t.name: t for t in tenants}
+    arrivals = []
+    for g in sorted(workload.gangs, key=lambda g: (g.arrival_s, g.name)):
+        pods = tuple(PodRequest(name=f"{g.name}-{i}", cpu_milli=g.cpu_milli,
+                                memory_mib=g.memory_mib, gpu_count=g.gpus, gpu_milli=MILLI,
+                                models=frozenset(g.models)) for i in range(g.pods))
+        arrivals.append(TimedGang(Gang(name=g.name, tenant=g.tenant, pods=pods),
+                                  g.arrival_s, g.duration_s))
+    sc = Scenario(nodes=workload.nodes, tenants=tuple(by_name[t] for t in workload.weights),
+                  arrivals=tuple(arrivals), policy=policy)
+    r = simulate_timed(sc, TimedConfig(policy="cpsat", window_s=WINDOW_S,
+                                       time_limit_s=TIME_LIMIT_S, seed=args.seed,
+                                       deadline_factor=args.deadline_factor,
+                                       interference_aware=True, label="simulated berth"))
+    waits = list(r.waits_s)
+    return {"system": "simulated berth", "workload": workload.name,
+            "started": len(waits), "never_started": len(r.outcomes) - len(waits),
+            "wait_s": r.wait_percentiles_s, "wait_mean_s": statistics.fmean(waits) if waits
+            else None, "gpu_allocated": r.mean_utilisation,
+            "worst_fair_ratio": min(t.fair_ratio for t in r.tenants), "jain": r.jain}
+
+
+# ------------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------------
+
+
+def _f(x: object, fmt: str = ".0f") -> str:
+    return "-" if x is None else format(x, fmt) if isinstance(x, int | float) else str(x)
+
+
+def table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    head = ("| system | started | wait p50 s | p90 s | p99 s | mean s | GPU allocated % "
+            "| worst tenant / fair share | Jain | partly bound | pods lost | system CPU s "
+            "| kube-scheduler CPU s |")
+    out = [head, "|" + "---|" * 13]
+    for r in rows:
+        w = r.get("wait_s") or {}
+        out.append(
+            f"| {r['system']} | {r['started']}/{r['started'] + r['never_started']} "
+            f"| {_f(w.get('p50'))} | {_f(w.get('p90'))} | {_f(w.get('p99'))} "
+            f"| {_f(r.get('wait_mean_s'))} | {_f(100 * r['gpu_allocated'], '.1f')} "
+            f"| {_f(r['worst_fair_ratio'], '.2f')} | {_f(r['jain'], '.3f')} "
+            f"| {_f(r.get('partly_bound'))} | {_f(r.get('pods_lost'))} "
+            f"| {_f(r.get('system_cpu_s'), '.1f')} | {_f(r.get('kube_scheduler_cpu_s'), '.1f')} |")
+    return out
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for r in rows:
+        if r.get("series"):
+            xs, ys = zip(*r["series"], strict=True)
+            ax.plot(xs, [100 * y for y in ys], label=r["system"], linewidth=1)
+    ax.set_xlabel("seconds (compressed time)")
+    ax.set_ylabel("GPUs allocated %")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compress", type=float, default=30.0,
+                    help="default workload: divide every arrival and run time by this")
+    ap.add_argument("--openb-compress", type=float, default=40.0,
+                    help="openb workload: divide every arrival and run time by this")
+    ap.add_argument("--max-gangs", type=int, default=None,
+                    help="replay only the first N gangs of the default workload")
+    ap.add_argument("--openb-nodes", type=int, default=12)
+    ap.add_argument("--openb-pods", type=int, default=200)
+    ap.add_argument("--openb-load", type=float, default=1.3)
+    ap.add_argument("--deadline-factor", type=float, default=1.5)
+    ap.add_argument("--drain-s", type=float, default=300,
+                    help="after the last arrival, wait at most this long for every gang to "
+                    "start")
+    ap.add_argument("--partial-s", type=float, default=5.0,
+                    help="a gang partly bound for longer than this counts as partly bound")
+    ap.add_argument("--small", action="store_true",
+                    help="a few minutes: the first 16 gangs of the default workload, "
+                    "compressed 40x, every system")
+    ap.add_argument("--no-simulate", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep each run's cluster directory")
+    ap.add_argument("--out", type=Path, default=None, help="write the markdown report here")
+    ap.add_argument("--json", type=Path, default=None, help="write every row here")
+    args = ap.parse_args(argv)
+    if args.small:
+        args.workloads, args.max_gangs, args.compress = "default", 16, 40.0
+        args.drain_s = min(args.drain_s, 120)
+    systems = [s for s in args.systems.split(",") if s]
+    workloads = [w for w in args.workloads.split(",") if w]
+    for flag, got, known in (("--systems", systems, SYSTEMS), ("--workloads", workloads,
+                                                                WORKLOADS)):
+        bad = sorted(set(got) - set(known))
+        if bad:
+            ap.error(f"{flag}: unknown {', '.join(bad)}; choose from {', '.join(known)}")
+    if not (args.compress > 0 and args.openb_compress > 0):
+        ap.error("--compress and --openb-compress must be > 0")
+    started = time.monotonic()
+    stages = kwok_pod_stages()
+    report = [f"Generated by `python3 e2e/bench_compare.py {' '.join(argv or sys.argv[1:])}` "
+              f"on {time.strftime('%Y-%m-%d %H:%M')} UTC."]
+    all_rows: list[dict[str, Any]] = []
+    failures = 0
+    for wname in workloads:
+        wl = (default_workload(args.seed, args.compress, args.max_gangs) if wname == "default"
+              else openb_workload(args.openb_nodes, args.openb_pods, args.openb_load,
+                                  args.openb_compress))
+        print(f"== {wl.name}: {wl.note}", flush=True)
+        rows: list[dict[str, Any]] = []
+        for name in systems:
+            t = time.monotonic()
+            try:
+                row = run_system(wl, name, args, stages)
+            except Exception as exc:  # one system's failure must not lose the others' rows
+                failures += 1
+                print(f"  {name}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+                continue
+            row["wall_s"] = round(time.monotonic() - t, 1)
+            rows.append(row)
+            brief = {k: row[k] for k in ("started", "never_started", "wait_s", "gpu_allocated",
+                                         "worst_fair_ratio", "partly_bound", "pods_lost",
+                                         "system_cpu_s", "wall_s")}
+            print(f"  {name}: {json.dumps(brief)}", flush=True)
+            if row["pods_lost"] or (name in GANG_AWARE and row["partly_bound"]) or \
+                    row["create_failed"]:
+                failures += 1
+                print(f"  {name}: lost {row['pods_lost']} pods, {row['partly_bound']} gangs "
+                      f"partly bound, {row['create_failed']} creates failed "
+                      f"{row['first_failures']}", flush=True)
+        berth_rows = [r for r in rows if r["system"] == "berth" and r.get("policy")]
+        if berth_rows and not args.no_simulate:
+            sim = simulated(wl, Path(berth_rows[0]["policy"]), args)
+            rows.append(sim)
+            print(f"  simulated: {json.dumps({k: sim[k] for k in ('wait_s', 'gpu_allocated')})}",
+                  flush=True)
+        all_rows.extend(rows)
+        report += ["", f"## {wl.name}", "", wl.note + ".", "", *table(rows)]
+        if args.out is not None and rows:
+            png = args.out.with_name(f"{args.out.stem}_{wl.name}.png")
+            plot([r for r in rows if "series" in r], png, f"{wl.name}: GPUs allocated")
+            report += ["", f"![{wl.name}]({png.name})"]
+    report += ["", f"{round(time.monotonic() - started)} s wall in all, load average "
+               f"{os.getloadavg()[0]:.1f} at the end."]
+    print("\n".join(report))
+    if args.out is not None:
+        args.out.write_text("\n".join(report) + "\n")
+    if args.json is not None:
+        args.json.write_text(json.dumps(all_rows, indent=1) + "\n")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
