@@ -34,14 +34,15 @@ Workloads (``--workloads``):
   inference and notebooks.
 - ``openb``: ``--openb-pods`` consecutive GPU pods from the middle of
   ``openb_pod_list_default.csv`` on ``--openb-nodes`` nodes taken at even steps through the
-  openb GPU node list (its mix of models and sizes), four tenants by CRC-32 of the pod name (as ``berth simulate --mode timed`` assigns
-  them), arrivals sped up so the offered load is ``--openb-load`` x the slice's GPUs.
+  openb GPU node list (its mix of models and sizes), four tenants by CRC-32 of the pod
+  name (as ``berth simulate --mode timed`` assigns them), arrivals sped up so the offered
+  load is ``--openb-load`` x the slice's GPUs.
 
-Shares of a GPU are rounded up to one whole GPU for every system (``--fractions whole``, the
-only mode so far): kube-scheduler, Kueue and Volcano count ``nvidia.com/gpu`` per node, and
-advertising time-slicing slots beside it would let them put more on a node than it holds, so a
-comparison of shares needs per-node sharing pools (not built). All times (arrivals, run times)
-are divided by ``--compress``.
+Shares of a GPU are rounded up to one whole GPU for every system: kube-scheduler, Kueue and
+Volcano count ``nvidia.com/gpu`` per node, and advertising time-slicing slots beside it would
+let them put more on a node than it holds, so a comparison of shares needs per-node sharing
+pools (not built). All times (arrivals, run times) are divided by ``--compress``
+(``--openb-compress``).
 
 Metrics per system, from watch events (e2e time, seconds after the first arrival): a gang's
 wait is from its Job's create call to the moment all its pods were Running; p50/p90/p99
@@ -258,7 +259,8 @@ def openb_workload(nodes_n: int, pods_n: int, load: float, compress: float) -> W
     return from_scenario(
         "openb", sc, compress=compress,
         note=(f"openb_pod_list_default.csv: {len(pods)} GPU pods from the middle of the trace "
-              f"on {nodes_n} GPU nodes ({capacity} GPUs, every {max(1, len(every) // nodes_n)}th of the list), 4 tenants by CRC-32 of the "
+              f"on {nodes_n} GPU nodes ({capacity} GPUs, every "
+              f"{max(1, len(every) // nodes_n)}th of the list), 4 tenants by CRC-32 of the "
               f"pod name, arrivals x{lo:.0f} faster for an offered load of {load:g}, run times "
               f"cut at the arrival span; times / {compress:g}"))
 
@@ -767,6 +769,8 @@ def _replay(workload: Workload, system: System, core: client.CoreV1Api,
     spans = spans_of(workload, namespaces, created, seen)
     # lost: a gang whose pods all vanished unfinished and whose Job has no pod left to run
     lost = _lost_pods(core, namespaces, seen)
+    unstarted = {r.key for r in results if r.start_s is None}
+    reasons = waiting_reasons(core, system.batch, namespaces, unstarted)
     waits = [r.start_s - r.arrival_s for r in results if r.start_s is not None]
     figures = span_figures(spans, capacity_milli=workload.capacity_gpus * MILLI,
                            weights=workload.weights, cutoff_s=workload.last_arrival_s)
@@ -794,6 +798,8 @@ def _replay(workload: Workload, system: System, core: client.CoreV1Api,
         "partly_bound": sum(1 for r in results if r.partial_s > args.partial_s),
         "partly_bound_max_s": max((r.partial_s for r in results), default=0.0),
         "pods_lost": lost,
+        "waiting_reasons": reasons,
+        "waiting_without_reason": sorted(k for k, v in reasons.items() if not v),
         "system_cpu_s": round(own, 1),
         "kube_scheduler_cpu_s": round(sched, 1),
         "end_s": round(end, 1),
@@ -801,6 +807,30 @@ def _replay(workload: Workload, system: System, core: client.CoreV1Api,
         "load_1m": round(os.getloadavg()[0], 1),
         "policy": str(system.policy_file) if system.policy_file else None,
     }
+
+
+def waiting_reasons(core: client.CoreV1Api, batch: client.BatchV1Api,
+                    namespaces: Mapping[str, str], gangs: set[str]) -> dict[str, str]:
+    """For each gang that never started, why it waits as the cluster says it: its pods'
+    scheduling conditions (kube-scheduler's Unschedulable, Berth's ``berth.dev/Waiting``, a
+    scheduling gate), or its Job held suspended (Kueue); empty when nothing says why."""
+    out: dict[str, str] = {}
+    for key in sorted(gangs):
+        ns, name = key.split("/", 1)
+        why: list[str] = []
+        with contextlib.suppress(client.ApiException):
+            job = batch.read_namespaced_job(name, ns)
+            if job.spec.suspend:
+                why.append("Job suspended (queued)")
+        for pod in core.list_namespaced_pod(ns, label_selector=f"{GANG_LABEL}={name}").items:
+            gates = [g.name for g in pod.spec.scheduling_gates or []]
+            if gates:
+                why.append("gated by " + ",".join(gates))
+            for cond in pod.status.conditions or []:
+                if cond.status != "True" and (cond.reason or cond.message):
+                    why.append(f"{cond.type}: {cond.reason}: {(cond.message or '')[:120]}")
+        out[key] = "; ".join(dict.fromkeys(why))
+    return out
 
 
 def _lost_pods(core: client.CoreV1Api, namespaces: Mapping[str, str],
@@ -987,11 +1017,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                          "system_cpu_s", "wall_s")}
             print(f"  {name}: {json.dumps(brief)}", flush=True)
             if row["pods_lost"] or (name in GANG_AWARE and row["partly_bound"]) or \
-                    row["create_failed"]:
+                    row["create_failed"] or row["waiting_without_reason"]:
                 failures += 1
                 print(f"  {name}: lost {row['pods_lost']} pods, {row['partly_bound']} gangs "
                       f"partly bound, {row['create_failed']} creates failed "
-                      f"{row['first_failures']}", flush=True)
+                      f"{row['first_failures']}, waiting without a reason: "
+                      f"{row['waiting_without_reason']}", flush=True)
         berth_rows = [r for r in rows if r["system"] == "berth" and r.get("policy")]
         if berth_rows and not args.no_simulate:
             sim = simulated(wl, Path(berth_rows[0]["policy"]), args)
