@@ -636,6 +636,12 @@ class GangResult:
     arrival_s: float
     start_s: float | None
     partial_s: float  # longest stretch with some but not all of its live pods bound
+    ran_apart: bool = False  # every pod ran, never all of them at once
+
+    @property
+    def settled(self) -> bool:
+        """Nothing more will happen to it: started whole, or its pods ran apart."""
+        return self.start_s is not None or self.ran_apart
 
 
 def gang_results(workload: Workload, namespaces: Mapping[str, str], created: Mapping[str, float],
@@ -665,7 +671,9 @@ def gang_results(workload: Workload, namespaces: Mapping[str, str], created: Map
         partial = 0.0
         if g.pods > 1 and bound:
             partial = (bound[g.pods - 1] if len(bound) >= g.pods else end) - bound[0]
-        out.append(GangResult(key, g.tenant, g.pods, g.gpus, arrival, start, partial))
+        ran = sum(1 for p in pods if p.running is not None)
+        out.append(GangResult(key, g.tenant, g.pods, g.gpus, arrival, start, partial,
+                              ran_apart=start is None and ran >= g.pods))
     return out
 
 
@@ -756,7 +764,7 @@ def _replay(workload: Workload, system: System, core: client.CoreV1Api,
         with watcher.lock:
             seen = dict(watcher.pods)
         results = gang_results(workload, namespaces, created, seen, time.monotonic() - t0)
-        if len(results) == len(created) and all(r.start_s is not None for r in results):
+        if len(results) == len(created) and all(r.settled for r in results):
             break
         time.sleep(1)
     end = time.monotonic() - t0
@@ -769,7 +777,7 @@ def _replay(workload: Workload, system: System, core: client.CoreV1Api,
     spans = spans_of(workload, namespaces, created, seen)
     # lost: a gang whose pods all vanished unfinished and whose Job has no pod left to run
     lost = _lost_pods(core, namespaces, seen)
-    unstarted = {r.key for r in results if r.start_s is None}
+    unstarted = {r.key for r in results if not r.settled}
     reasons = waiting_reasons(core, system.batch, namespaces, unstarted)
     waits = [r.start_s - r.arrival_s for r in results if r.start_s is not None]
     figures = span_figures(spans, capacity_milli=workload.capacity_gpus * MILLI,
@@ -786,6 +794,7 @@ def _replay(workload: Workload, system: System, core: client.CoreV1Api,
         "created": len(created), "create_failed": len(failed),
         "first_failures": failed[:3],
         "started": len(waits), "never_started": len(results) - len(waits),
+        "ran_apart": sum(1 for r in results if r.ran_apart),
         "wait_s": percentiles(waits) if waits else {},
         "wait_mean_s": statistics.fmean(waits) if waits else None,
         "wait_by_size_p99_s": {k: percentiles(v)["p99"] for k, v in sorted(by_size.items())},
@@ -811,7 +820,8 @@ def _replay(workload: Workload, system: System, core: client.CoreV1Api,
 
 def waiting_reasons(core: client.CoreV1Api, batch: client.BatchV1Api,
                     namespaces: Mapping[str, str], gangs: set[str]) -> dict[str, str]:
-    """For each gang that never started, why it waits as the cluster says it: its pods'
+    """For each gang that never started (and whose pods did not all run apart), why it waits
+    as the cluster says it: its pods'
     scheduling conditions (kube-scheduler's Unschedulable, Berth's ``berth.dev/Waiting``, a
     scheduling gate), or its Job held suspended (Kueue); empty when nothing says why."""
     out: dict[str, str] = {}
@@ -915,7 +925,8 @@ def _f(x: object, fmt: str = ".0f") -> str:
 
 def table(rows: Sequence[dict[str, Any]]) -> list[str]:
     head = ("| system | started | wait p50 s | p90 s | p99 s | mean s | GPU allocated % "
-            "| worst tenant / fair share | Jain | partly bound | pods lost | system CPU s "
+            "| worst tenant / fair share | Jain | partly bound / ran apart | pods lost "
+            "| system CPU s "
             "| kube-scheduler CPU s |")
     out = [head, "|" + "---|" * 13]
     for r in rows:
@@ -925,9 +936,40 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
             f"| {_f(w.get('p50'))} | {_f(w.get('p90'))} | {_f(w.get('p99'))} "
             f"| {_f(r.get('wait_mean_s'))} | {_f(100 * r['gpu_allocated'], '.1f')} "
             f"| {_f(r['worst_fair_ratio'], '.2f')} | {_f(r['jain'], '.3f')} "
-            f"| {_f(r.get('partly_bound'))} | {_f(r.get('pods_lost'))} "
+            f"| {_f(r.get('partly_bound'))} / {_f(r.get('ran_apart'))} "
+            f"| {_f(r.get('pods_lost'))} "
             f"| {_f(r.get('system_cpu_s'), '.1f')} | {_f(r.get('kube_scheduler_cpu_s'), '.1f')} |")
     return out
+
+
+def detail_tables(rows: Sequence[dict[str, Any]], tenants: Sequence[str]) -> list[str]:
+    """Each tenant's GPU time over its fair share, and the p99 wait by gang size."""
+    real = [r for r in rows if "tenants" in r]
+    sizes = sorted({k for r in real for k in r["wait_by_size_p99_s"]})
+    out = ["| system | " + " | ".join(f"{t} / fair" for t in tenants) + " | "
+           + " | ".join(f"p99 wait {k} s" for k in sizes) + " |",
+           "|" + "---|" * (1 + len(tenants) + len(sizes))]
+    for r in real:
+        out.append(f"| {r['system']} | "
+                   + " | ".join(_f(r["tenants"][t]["fair_ratio"], ".2f") for t in tenants)
+                   + " | " + " | ".join(_f(r["wait_by_size_p99_s"].get(k)) for k in sizes)
+                   + " |")
+    return out
+
+
+def prediction(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """How far the simulator's prediction of Berth is from Berth's real run."""
+    real = next((r for r in rows if r["system"] == "berth"), None)
+    sim = next((r for r in rows if r["system"] == "simulated berth"), None)
+    if real is None or sim is None or not real.get("wait_s") or not sim.get("wait_s"):
+        return []
+    parts = [f"{q} wait {sim['wait_s'][q]:.0f} s simulated against {real['wait_s'][q]:.0f} s "
+             f"real" for q in ("p50", "p90", "p99")]
+    parts.append(f"GPU allocated {100 * sim['gpu_allocated']:.1f} % against "
+                 f"{100 * real['gpu_allocated']:.1f} %")
+    parts.append(f"worst tenant {sim['worst_fair_ratio']:.2f} against "
+                 f"{real['worst_fair_ratio']:.2f}")
+    return ["Simulator against the real run (Berth): " + "; ".join(parts) + "."]
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
@@ -1030,7 +1072,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  simulated: {json.dumps({k: sim[k] for k in ('wait_s', 'gpu_allocated')})}",
                   flush=True)
         all_rows.extend(rows)
-        report += ["", f"## {wl.name}", "", wl.note + ".", "", *table(rows)]
+        report += ["", f"## {wl.name}", "", wl.note + ".", "", *table(rows), "",
+                   *detail_tables(rows, list(wl.weights)), "", *prediction(rows)]
         if args.out is not None and rows:
             png = args.out.with_name(f"{args.out.stem}_{wl.name}.png")
             plot([r for r in rows if "series" in r], png, f"{wl.name}: GPUs allocated")

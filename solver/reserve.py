@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from solver.baselines import ClusterArrays, GangPlacer, place
+from solver.checker import check
 from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, Reservation, SolveStats
 from solver.queue import queue_order
@@ -175,6 +176,20 @@ def _as_running(gang: Gang, placement: GangPlacement, remaining: float | None
                  for pp in placement.pods)
 
 
+def judged_backfill(snapshot: Snapshot, first: list[GangPlacement],
+                    backfill: tuple[GangPlacement, ...], stats: SolveStats
+                    ) -> list[GangPlacement]:
+    """The first solve's gangs and, in its order, each backfilled gang the checker accepts
+    beside them. Each solve was judged on its own snapshot, but the two together can break a
+    rule neither saw: a lender's backfilled gang takes back idle quota that a gang of the first
+    solve borrows (the pool rule of :func:`solver.rules.quota_problems`)."""
+    kept = list(first)
+    for gp in backfill:
+        if not check(snapshot, Plan(tuple([*kept, gp]), (), stats)):
+            kept.append(gp)
+    return kept
+
+
 def solve_with_reservations(snapshot: Snapshot, time_limit: float, solve: SolveFn) -> Plan:
     """``solve`` for the window, with the reservations it makes held and backfilled (the
     module's steps), or plain ``solve`` when it makes none."""
@@ -205,9 +220,9 @@ def solve_with_reservations(snapshot: Snapshot, time_limit: float, solve: SolveF
         second = solve(replace(snapshot, gangs=tuple(later),
                                running=(*snapshot.running, *placed)),
                        time_limit * BACKFILL_SHARE)
-        admitted += second.admitted
+        admitted = judged_backfill(snapshot, admitted, second.admitted, first.stats)
         wall += second.stats.wall_seconds
-        done = done | second.admitted_names
+        done = frozenset(g.gang for g in admitted)
     reserved = {h.reservation.gang: h.reservation for h in held}
     deferred = []
     for d in first.deferred:

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from solver.api import solve
 from solver.checker import check
-from solver.reserve import HOLD_PREFIX, plan_reservations
+from solver.plan import Plan
+from solver.reserve import HOLD_PREFIX, judged_backfill, plan_reservations
 from solver.types import (
     GPU,
     Gang,
@@ -145,3 +146,30 @@ def test_plans_with_reservations_pass_the_checker(snap: Snapshot) -> None:
     assert reserved <= {d.gang for d in plan.deferred} | {g.gang for g in plan.admitted}
     # the holds exist in the solve only: no placement names them
     assert not any(p.pod.startswith(HOLD_PREFIX) for g in plan.admitted for p in g.pods)
+
+
+def test_a_backfilled_gang_is_dropped_when_it_takes_back_quota_the_window_lends() -> None:
+    """Found replaying the embedded default on a real cluster (e2e/bench_compare.py): the first
+    solve let b borrow a's idle quota, the backfill solve (judged alone) then gave a's own gang
+    that quota back, and the two together broke the pool rule."""
+    def one(name: str, tenant: str) -> Gang:
+        return gang(name, 1, tenant=tenant)
+
+    def holding(name: str, tenant: str, gpus: range) -> Running:
+        return replace(running(name, "n0", gpus, None), tenant=tenant)
+
+    snap = Snapshot(
+        nodes=(node("n0", gpus=9),),
+        gangs=(one("b-more", "b"), one("a-short", "a")),
+        running=(holding("a-run", "a", range(0, 3)), holding("b-run", "b", range(3, 7))),
+        tenants=(Tenant("a", quota_milli=4000), Tenant("b", quota_milli=4000, can_borrow=True)))
+    first = solve(replace(snap, gangs=(snap.gangs[0],)), time_limit=0.5)
+    backfill = solve(replace(snap, gangs=(snap.gangs[1],),
+                             running=(*snap.running, holding("b-more-0", "b", range(7, 8)))),
+                     time_limit=0.5)
+    assert first.admitted_names == {"b-more"}
+    # a takes one more GPU: its own quota, but the one b borrows in this window
+    assert backfill.admitted_names == {"a-short"}  # judged alone, a is within its quota
+    kept = judged_backfill(snap, list(first.admitted), backfill.admitted, first.stats)
+    assert [g.gang for g in kept] == ["b-more"]
+    assert check(snap, Plan(tuple(kept), (), first.stats)) == []
