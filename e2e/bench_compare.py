@@ -180,7 +180,8 @@ _DNS = re.compile(r"[^a-z0-9-]+")
 
 def dns_name(name: str) -> str:
     out = _DNS.sub("-", name.lower()).strip("-")[:50].strip("-")
-    return out if len(out) == len(name) else f"{out}-{zlib.crc32(name.encode()) % 10**6:06d}"
+    # a name that had to change gets a checksum of the original, so two never meet
+    return out if out == name else f"{out}-{zlib.crc32(name.encode()) % 10**6:06d}"
 
 
 def from_scenario(name: str, scenario: Scenario, *, compress: float, note: str,

@@ -137,7 +137,7 @@ build_kwok_in_cwd() {
 # the binary (share/) so the cluster can apply them without the module cache.
 build_kueue_in_cwd() {
     local v="$KUEUE_VERSION"
-    printf 'module berth.local/e2e-kueue\n\ngo 1.25.0\n' > go.mod
+    printf 'module berth.local/e2e-kueue\n\ngo 1.26.0\n' > go.mod
     go get "sigs.k8s.io/kueue/cmd/kueue@$v"
     mkdir -p bin share/crd
     go build -ldflags "$ldflags_strip" -o bin/kueue sigs.k8s.io/kueue/cmd/kueue
@@ -160,9 +160,10 @@ build_volcano_in_cwd() {
     go get "volcano.sh/volcano/cmd/scheduler@$v"
     mkdir -p bin share/crd
     go build -ldflags "$ldflags_strip" -o bin/vc-scheduler volcano.sh/volcano/cmd/scheduler
-    # The scheduler's cache waits for its informers, NUMA topology included: all three CRDs.
-    cp "$src"/config/crd/volcano/bases/scheduling.volcano.sh_*.yaml \
-       "$src"/config/crd/volcano/bases/nodeinfo.volcano.sh_*.yaml share/crd/
+    # The scheduler's cache waits for its informers (NUMA topology, HyperNodes, node shards,
+    # colocation configurations): every CRD but the Job controller's (batch, bus).
+    cp "$src"/config/crd/volcano/bases/*.yaml share/crd/
+    rm -f share/crd/batch.volcano.sh_*.yaml share/crd/bus.volcano.sh_*.yaml
     chmod -R u+w share
 }
 

@@ -31,7 +31,7 @@ from admission.devcluster.pki import ClusterPki, write_serving_pair
 
 KUEUE_NAMESPACE = "kueue-system"
 #: The API group/version of Kueue's queue objects.
-KUEUE_API = "kueue.x-k8s.io/v1beta1"
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
 # Webhooks of the API groups used here; the rest serve frameworks not installed.
 _GROUPS = {"", "batch", "kueue.x-k8s.io"}
 

@@ -39,7 +39,7 @@ pytestmark = [
                        reason="starts the Kueue manager and berth serve on this host"),
 ]
 
-V1B1 = "kueue.x-k8s.io/v1beta1"
+KUEUE_V = "kueue.x-k8s.io/v1beta2"
 QUEUE = "team-a-queue"  # tenants[team-a].queues.kueue in the sample policy
 KUEUE_GPUS = 10  # the ClusterQueue's nominal GPU quota, below Berth's 16 for team-a
 # Kueue's pod webhook adds its admission gate and, with its TopologyAwareScheduling feature
@@ -124,7 +124,7 @@ class GateHistory:
 
 
 def _workloads(cluster: E2ECluster, ns: str) -> list[Any]:
-    res = dynamic.DynamicClient(cluster.api).resources.get(api_version=V1B1, kind="Workload")
+    res = dynamic.DynamicClient(cluster.api).resources.get(api_version=KUEUE_V, kind="Workload")
     return list(res.get(namespace=ns).items)
 
 

@@ -198,8 +198,8 @@ def test_backend_queues(api: client.ApiClient, helm: Helm, backend: str) -> None
                                 .data["policy.yaml"])
         assert policy["release"]["backend"] == backend
         if backend == "kueue":
-            cq = resource(api, "kueue.x-k8s.io/v1beta1", "ClusterQueue")
-            lq = resource(api, "kueue.x-k8s.io/v1beta1", "LocalQueue")
+            cq = resource(api, "kueue.x-k8s.io/v1beta2", "ClusterQueue")
+            lq = resource(api, "kueue.x-k8s.io/v1beta2", "LocalQueue")
             assert {o.metadata.name for o in cq.get().items} >= {"team-a", "team-b"}
             for tenant in ("team-a", "team-b"):
                 assert lq.get(namespace=tenant).items, f"no LocalQueue in {tenant}"
@@ -211,7 +211,7 @@ def test_backend_queues(api: client.ApiClient, helm: Helm, backend: str) -> None
         helm("uninstall", release, "-n", NS, "--wait")
     if backend == "kueue":
         deadline = time.monotonic() + 30
-        cq = resource(api, "kueue.x-k8s.io/v1beta1", "ClusterQueue")
+        cq = resource(api, "kueue.x-k8s.io/v1beta2", "ClusterQueue")
         while cq.get().items and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not cq.get().items

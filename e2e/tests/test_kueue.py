@@ -23,7 +23,7 @@ pytestmark = [
                        reason="starts the Kueue manager on this host"),
 ]
 
-V1B1 = "kueue.x-k8s.io/v1beta1"
+KUEUE_V = "kueue.x-k8s.io/v1beta2"
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def _jobs_flow(cluster: E2ECluster, namespace: str, kueue: ProcessRecord,
 
         # 16 GPUs are in use: a second Job of 8 GPUs stays suspended, its Workload pending.
         batch.create_namespaced_job(namespace, _job("over", "lq", pods=1, gpus=8))
-        workloads = dyn.resources.get(api_version=V1B1, kind="Workload")
+        workloads = dyn.resources.get(api_version=KUEUE_V, kind="Workload")
         pending = eventually(
             lambda: [w for w in workloads.get(namespace=namespace).items
                      if w.metadata.ownerReferences[0].name == "over"],

@@ -1,0 +1,117 @@
+"""The head-to-head harness's own logic (e2e/bench_compare.py), without a cluster: how a
+scenario becomes the gangs every system receives, each system's vocabulary, the policy Berth
+serves, and how watch events become waits, gang starts and partly bound gangs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+import yaml
+
+from admission import constants as c
+from admission.policy import load_policy, to_solver
+from e2e import bench_compare as bc
+from solver.simulate.generate import generate
+
+
+def test_a_scenario_becomes_whole_gpu_gangs_with_times_divided() -> None:
+    sc = generate(seed=0)
+    wl = bc.from_scenario("default", sc, compress=30, note="n")
+    assert len(wl.gangs) == len(sc.arrivals)
+    for a, g in zip(sc.arrivals, wl.gangs, strict=True):
+        pod = a.gang.pods[0]
+        assert g.pods == len(a.gang.pods) and g.gpus == max(1, pod.gpu_count)
+        assert g.arrival_s == pytest.approx(a.arrival_s / 30, abs=1e-3)
+        assert g.duration_s == pytest.approx(max(2.0, a.duration_s / 30), abs=1e-3)
+        assert len(g.name) <= 63 and g.name == bc.dns_name(g.name)
+    assert sum(wl.quotas().values()) <= wl.capacity_gpus
+    q = wl.quotas()
+    assert q["team-a"] >= 2 * q["team-b"] - 1  # weight 2 against 1
+
+
+def test_dns_names_are_valid_and_distinct() -> None:
+    names = ["Team_A/Train 1", "team-a-train-1", "x" * 80, "x" * 80 + "y"]
+    out = [bc.dns_name(n) for n in names]
+    assert len(set(out)) == len(out)
+    for n in out:
+        assert len(n) <= 63 and n[0].isalnum() and n[-1].isalnum()
+        assert set(n) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def _gang(**kw: object) -> bc.ReplayGang:
+    base = dict(name="g", tenant="team-a", pods=2, gpus=4, cpu_milli=1000, memory_mib=1024,
+                models=("A100", "H100"), arrival_s=1.0, duration_s=10.5)
+    base.update(kw)
+    return bc.ReplayGang(**base)  # type: ignore[arg-type]
+
+
+def _args() -> argparse.Namespace:
+    return argparse.Namespace(deadline_factor=1.5)
+
+
+def test_every_system_gets_the_same_pods_in_its_own_vocabulary() -> None:
+    g = _gang()
+    plain = bc.job_manifest(g, deadline_factor=1.5)
+    spec = plain["spec"]["template"]["spec"]
+    assert plain["spec"]["parallelism"] == plain["spec"]["completions"] == 2
+    assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert spec["activeDeadlineSeconds"] == 16  # ceil(10.5 x 1.5)
+    expr = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert expr["values"] == ["A100", "H100"]
+    ann = plain["spec"]["template"]["metadata"]["annotations"]
+    assert ann[bc.KWOK_DELAY] == "10500ms" and ann["pod-ready.stage.kwok.x-k8s.io/delay"] == "0ms"
+
+    k = bc.job_manifest(g, deadline_factor=1.5, labels={c.KUEUE_QUEUE_LABEL: bc.QUEUE})
+    assert k["metadata"]["labels"][c.KUEUE_QUEUE_LABEL] == bc.QUEUE
+    berth = bc.Berth.__new__(bc.Berth)
+    berth.args = _args()
+    b = berth.job(g)["spec"]["template"]["metadata"]["annotations"]
+    assert b[c.ANNOTATION_GANG_SIZE] == "2" and b[c.ANNOTATION_GPU_MODELS] == "A100,H100"
+    v = bc.job_manifest(g, deadline_factor=1.5, scheduler="volcano",
+                        pod_annotations={c.VOLCANO_GROUP_ANNOTATION: g.name})
+    assert v["spec"]["template"]["spec"]["schedulerName"] == "volcano"
+
+
+@pytest.mark.parametrize("backend", ["standalone", "kueue"])
+def test_the_policy_berth_serves_is_valid_and_scaled(tmp_path: Path, backend: str) -> None:
+    wl = bc.default_workload(0, 30)
+    ns = {t: f"ns-{t}" for t in wl.weights}
+    doc = bc.berth_policy(wl, ns, backend=backend, compress=30)
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    policy, tenants = to_solver(load_policy(path))
+    assert {t.name: t.quota_milli for t in tenants} == {
+        t: q * 1000 for t, q in wl.quotas().items()}
+    assert all(t.can_borrow and t.borrow_limit_milli is None for t in tenants)
+    assert policy.reservations.after_s == pytest.approx(300 / 30)
+    assert policy.weights.aging_per_hour == pytest.approx(0.5 * 30)
+
+
+def _seen(gang: str, **kw: float | bool | None) -> bc.PodSeen:
+    return bc.PodSeen(gang=f"team-a/{gang}", **kw)  # type: ignore[arg-type]
+
+
+def test_a_gang_starts_when_all_its_pods_run_together() -> None:
+    wl = bc.Workload("w", generate(seed=0).nodes, {"team-a": 1.0},
+                     (_gang(name="whole"), _gang(name="apart"), _gang(name="half")),
+                     note="", compress=1)
+    ns = {"team-a": "team-a"}
+    created = {"team-a/whole": 1.0, "team-a/apart": 1.0, "team-a/half": 1.0}
+    seen = {
+        "a": _seen("whole", bound=2.0, running=3.0), "b": _seen("whole", bound=2.5, running=4.0),
+        # one pod ran and ended before the other started: never together
+        "c": _seen("apart", bound=2.0, running=2.0, ended=5.0, succeeded=True),
+        "d": _seen("apart", bound=6.0, running=6.0),
+        "e": _seen("half", bound=2.0, running=2.0),  # its second pod never bound
+    }
+    r = {x.key.split("/")[1]: x for x in bc.gang_results(wl, ns, created, seen, end=30.0)}
+    assert r["whole"].start_s == 4.0 and r["whole"].partial_s == pytest.approx(0.5)
+    assert r["apart"].start_s is None and r["apart"].ran_apart and r["apart"].settled
+    assert r["half"].start_s is None and not r["half"].settled
+    assert r["half"].partial_s == pytest.approx(28.0)
+    spans = bc.spans_of(wl, ns, created, seen)
+    assert len(spans) == 6  # every pod of every gang, the unstarted one waiting
+    assert sum(1 for s in spans if s.start_s is None) == 1
