@@ -41,8 +41,15 @@ build_cached() {
     work="$(mktemp -d "${TMPDIR:-/tmp}/berth-e2e-build-$name.XXXXXX")"
     local start=$SECONDS
     log "$name: building in $work"
-    if ! (cd "$work" && "$@"); then
+    # errexit is off inside a command whose status is tested (`if ! (...)`), so a failing step
+    # would go unnoticed: the build runs as a job of its own and only its exit status is tested
+    (set -e; cd "$work"; "$@") &
+    if ! wait $!; then
         log "$name: BUILD FAILED (module left in $work)"
+        return 1
+    fi
+    if [[ -z "$(ls -A "$work/bin" 2>/dev/null)" ]]; then
+        log "$name: BUILD FAILED: no binary in $work/bin"
         return 1
     fi
     rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
@@ -153,9 +160,14 @@ build_kueue_in_cwd() {
 build_volcano_in_cwd() {
     local v="$VOLCANO_VERSION" src
     src="$(module_dir "volcano.sh/volcano@$v")"
+    # Since v1.14 its API types live in a nested module (./staging/src/volcano.sh/apis) that
+    # the module zip leaves out; the published volcano.sh/apis at VOLCANO_APIS_VERSION stands in.
     {
-        printf 'module berth.local/e2e-volcano\n\ngo 1.22.0\n\nrequire volcano.sh/volcano %s\n\n' "$v"
+        printf 'module berth.local/e2e-volcano\n\ngo 1.25.0\n\nrequire volcano.sh/volcano %s\n\n' "$v"
         sed -n '/^replace (/,/^)/p' "$src/go.mod" | grep -v '=> \./'
+        if [[ -n "${VOLCANO_APIS_VERSION:-}" ]]; then
+            printf 'replace volcano.sh/apis => volcano.sh/apis %s\n' "$VOLCANO_APIS_VERSION"
+        fi
     } > go.mod
     go get "volcano.sh/volcano/cmd/scheduler@$v"
     mkdir -p bin share/crd

@@ -18,6 +18,7 @@ import base64
 import copy
 import shutil
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,10 +144,50 @@ def start_manager(api: client.ApiClient, spawn: processes.Spawn, *, pki: Cluster
             else:
                 adm.create_validating_webhook_configuration(doc)
             made.append((doc["kind"], doc["metadata"]["name"]))
+        _wait_until_admitting(api, namespace, frameworks, timeout=timeout)
     except BaseException:
         stop_manager(api, Manager(proc, record, tuple(made)))
         raise
     return Manager(proc, record, tuple(made))
+
+
+def _wait_until_admitting(api: client.ApiClient, namespace: str | Sequence[str],
+                          frameworks: Sequence[str], *, timeout: float) -> None:
+    """Dry-run create what Kueue manages until its webhooks act on it (a plain pod comes back
+    with Kueue's gate, a Job suspended): a new webhook configuration takes a moment to reach
+    the apiserver's admission chain, and a pod created before that is never Kueue's."""
+    ns = namespace if isinstance(namespace, str) else namespace[0]
+    labels = {"kueue.x-k8s.io/queue-name": "probe"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kueue-probe",
+                                                           "labels": labels},
+           "spec": {"containers": [{"name": "c", "image": "registry.invalid/probe:1"}]}}
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "kueue-probe", "labels": labels},
+           "spec": {"template": {"spec": {**pod["spec"], "restartPolicy": "Never"}}}}
+    core: Any = client.CoreV1Api(api)
+    batch: Any = client.BatchV1Api(api)
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while True:
+        try:
+            ok = True
+            if "pod" in frameworks:
+                got = core.create_namespaced_pod(ns, pod, dry_run="All")
+                ok = any(g.name == "kueue.x-k8s.io/admission"
+                         for g in got.spec.scheduling_gates or [])
+                last = "a dry-run pod came back without Kueue's gate"
+            if ok and "batch/job" in frameworks:
+                got = batch.create_namespaced_job(ns, job, dry_run="All")
+                ok = bool(got.spec.suspend)
+                last = "a dry-run Job came back not suspended"
+            if ok:
+                return
+        except client.ApiException as exc:
+            last = f"dry-run create answered {exc.status}: {exc.body}"
+        if time.monotonic() > deadline:
+            raise processes.StartupError(f"Kueue's webhooks did not act on a dry-run object in "
+                                         f"{ns} within {timeout:.0f}s; last: {last}")
+        time.sleep(0.25)
 
 
 def stop_manager(api: client.ApiClient, manager: Manager) -> None:
