@@ -1,8 +1,10 @@
 """The real Volcano scheduler beside the local control plane.
 
-Volcano's scheduler needs only its CRDs (PodGroup, Queue, Numatopology) and a kubeconfig; it
-creates its ``default`` Queue itself and uses its built-in configuration (enqueue, allocate,
-backfill with the gang plugin). It schedules the pods whose ``schedulerName`` is ``volcano``,
+Volcano's scheduler needs only its CRDs (PodGroup, Queue, Numatopology, HyperNode, ...) and a
+kubeconfig; it creates its ``default`` Queue itself and uses its built-in configuration
+(enqueue, allocate, backfill with the gang plugin) or the one given. A thread here marks new
+Queues Open, the one part of Volcano's controller manager (not run here) that the scheduler
+needs. It schedules the pods whose ``schedulerName`` is ``volcano``,
 one PodGroup (``scheduling.k8s.io/group-name``) at a time, all of a group's ``minMember`` or
 none.
 
@@ -12,7 +14,10 @@ Used by ``berth dev-cluster up --with-berth --backend volcano`` and by the e2e s
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 from kubernetes import client
@@ -56,7 +61,25 @@ def start_scheduler(api: client.ApiClient, spawn: processes.Spawn, *, kubeconfig
     except BaseException:
         processes.stop(record, proc)
         raise
+    threading.Thread(target=_open_queues, args=(api, proc), daemon=True,
+                     name="volcano-queues").start()
     return proc, record
+
+
+def _open_queues(api: client.ApiClient, proc: subprocess.Popen[bytes]) -> None:
+    """Mark every Queue without a state Open while the scheduler runs. Volcano's controller
+    manager does this in a real installation, and the scheduler (since v1.11) enqueues nothing
+    from a queue that is not Open; only the scheduler runs here."""
+    objects = client.CustomObjectsApi(api)
+    group, version = VOLCANO_API.split("/")
+    while proc.poll() is None:
+        with contextlib.suppress(Exception):  # the cluster may be going away under it
+            for q in objects.list_cluster_custom_object(group, version, "queues")["items"]:
+                if not (q.get("status") or {}).get("state"):
+                    objects.patch_cluster_custom_object_status(
+                        group, version, "queues", q["metadata"]["name"],
+                        {"status": {"state": "Open"}})
+        time.sleep(0.5)
 
 
 def create_queue(api: client.ApiClient, name: str, *, weight: int = 1) -> bool:
