@@ -4,7 +4,7 @@ Two gates, two owners. Kueue's pod webhook adds ``kueue.x-k8s.io/admission`` to 
 carries the ``kueue.x-k8s.io/queue-name`` label at CREATE, so Berth's webhook writes the queue
 label and the pod-group keys at CREATE too (after this, labels set at release only repeat them).
 Berth never touches Kueue's gate, and Kueue never touches Berth's. Two details seen with the
-real Kueue v0.14 manager (e2e/tests/test_berth_kueue.py):
+real Kueue v0.14 and v0.19 managers (e2e/tests/test_berth_kueue.py):
 
 - Kueue's webhook must see Berth's labels: the apiserver calls mutating webhook configurations
   in name order, and ``berth`` sorts before ``kueue-mutating-webhook-configuration``.

@@ -4,7 +4,8 @@ Kueue runs as a process with its own webhooks: their configurations (shipped in 
 copied next to the binary by e2e/build.sh) are rewritten from the in-cluster Service to a
 127.0.0.1 URL with the cluster CA as caBundle, and scoped to the given namespaces so that a
 stopped Kueue can never block pods elsewhere. With its internal certificate management off,
-Kueue v0.14 reads its metrics certificate from the fixed path /etc/kueue/metrics/certs; it is
+Kueue (v0.14 to v0.19) reads its metrics certificate from the fixed path
+/etc/kueue/metrics/certs; it is
 started in a private mount namespace whose /etc is an overlay holding that certificate, so the
 host's /etc is never written (needs root, as CI and the development machines have).
 

@@ -43,7 +43,7 @@ KUEUE_V = "kueue.x-k8s.io/v1beta2"
 QUEUE = "team-a-queue"  # tenants[team-a].queues.kueue in the sample policy
 KUEUE_GPUS = 10  # the ClusterQueue's nominal GPU quota, below Berth's 16 for team-a
 # Kueue's pod webhook adds its admission gate and, with its TopologyAwareScheduling feature
-# on (the default in v0.14), kueue.x-k8s.io/topology as well; admission without a topology
+# on (the default since v0.14), kueue.x-k8s.io/topology as well; admission without a topology
 # flavor lifts both in one update. Gates are compared by owner: Berth or Kueue.
 BOTH = frozenset({"berth", "kueue"})
 
