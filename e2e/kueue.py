@@ -8,7 +8,7 @@ kueue``; here it is wrapped in context managers that undo everything after the t
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,14 +23,17 @@ __all__ = ["KUEUE_API", "KUEUE_NAMESPACE", "gpu_queues", "install_crds", "kueue_
 
 @contextmanager
 def kueue_manager(cluster: E2ECluster, workdir: Path, namespace: str | Sequence[str], *,
-                  frameworks: Sequence[str] = ("batch/job",)
+                  frameworks: Sequence[str] = ("batch/job",), fair_sharing: bool = False,
+                  feature_gates: Mapping[str, bool] | None = None
                   ) -> Iterator[processes.ProcessRecord]:
     """Run Kueue's manager for ``frameworks`` (its integrations: "batch/job", "pod") in
-    ``namespace`` (one or several) until the block ends."""
+    ``namespace`` (one or several) until the block ends; ``fair_sharing`` and
+    ``feature_gates`` as in :func:`admission.devcluster.kueue.start_manager`."""
     assert cluster.local is not None
     manager = dk.start_manager(cluster.api, processes.spawner(workdir), pki=cluster.local.pki,
                                kubeconfig=cluster.kubeconfig, workdir=workdir,
-                               namespace=namespace, frameworks=frameworks)
+                               namespace=namespace, frameworks=frameworks,
+                               fair_sharing=fair_sharing, feature_gates=feature_gates)
     try:
         yield manager.record
     finally:

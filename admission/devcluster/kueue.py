@@ -4,10 +4,15 @@ Kueue runs as a process with its own webhooks: their configurations (shipped in 
 copied next to the binary by e2e/build.sh) are rewritten from the in-cluster Service to a
 127.0.0.1 URL with the cluster CA as caBundle, and scoped to the given namespaces so that a
 stopped Kueue can never block pods elsewhere. With its internal certificate management off,
-Kueue (v0.14 to v0.19) reads its metrics certificate from the fixed path
-/etc/kueue/metrics/certs; it is
-started in a private mount namespace whose /etc is an overlay holding that certificate, so the
-host's /etc is never written (needs root, as CI and the development machines have).
+Kueue (v0.14 to v0.19 at least) reads its metrics certificate from the fixed path
+/etc/kueue/metrics/certs; it is started in a private mount namespace whose /etc is an overlay
+holding that certificate, so the host's /etc is never written (needs root, as CI and the
+development machines have).
+
+Since v0.15 Kueue stores its objects as ``kueue.x-k8s.io/v1beta2`` and still serves v1beta1,
+converted by its own webhook (``/convert`` on the manager's webhook port): the CRDs whose
+versions differ are pointed at it as Kueue's own manifests do, so an object written as v1beta1
+(``spec.cohort``) reads back right as v1beta2 (``spec.cohortName``). Berth writes v1beta2.
 
 Used by ``berth dev-cluster up --with-berth --backend kueue`` and by the e2e suite
 (e2e/kueue.py).
@@ -20,7 +25,7 @@ import copy
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +41,31 @@ KUEUE_NAMESPACE = "kueue-system"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 # Webhooks of the API groups used here; the rest serve frameworks not installed.
 _GROUPS = {"", "batch", "kueue.x-k8s.io"}
+# The CRDs Kueue's own manifests (config/components/crd, v0.19) convert through the manager's
+# webhook; the others' versions differ in descriptions only.
+_CONVERTED = ("clusterqueues", "cohorts", "localqueues", "workloads", "multikueueclusters")
+#: The fair sharing preemption strategies: Kueue's defaults (v1beta1 filled them in; v1beta2
+#: requires them when fair sharing is on).
+FAIR_SHARING_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
 
 
 def install_crds(api: client.ApiClient) -> list[str]:
     return kube.install_crds(
         api, (binaries.component("kueue").share_dir / "crd").glob("*.yaml"), timeout=60)
+
+
+def point_conversion(api: client.ApiClient, ca_pem: bytes, port: int) -> None:
+    """Point the conversion of Kueue's multi-version CRDs at a manager's webhook on
+    127.0.0.1:port (the last manager started wins; with none running, only reads in a version
+    other than the stored one fail, naming the webhook)."""
+    crds = kube.resource(api, "apiextensions.k8s.io/v1", "CustomResourceDefinition")
+    conversion = {"strategy": "Webhook", "webhook": {
+        "conversionReviewVersions": ["v1"],
+        "clientConfig": {"url": f"https://127.0.0.1:{port}/convert",
+                         "caBundle": base64.b64encode(ca_pem).decode()}}}
+    for plural in _CONVERTED:
+        crds.patch(name=f"{plural}.kueue.x-k8s.io", body={"spec": {"conversion": conversion}},
+                   content_type="application/merge-patch+json")
 
 
 def only(namespace: str | Sequence[str]) -> dict[str, Any]:
@@ -91,11 +116,14 @@ class Manager:
 def start_manager(api: client.ApiClient, spawn: processes.Spawn, *, pki: ClusterPki,
                   kubeconfig: Path, workdir: Path, namespace: str | Sequence[str],
                   frameworks: Sequence[str] = ("batch/job",), timeout: float = 90,
-                  fair_sharing: bool = False) -> Manager:
+                  fair_sharing: bool = False,
+                  feature_gates: Mapping[str, bool] | None = None) -> Manager:
     """Install Kueue's CRDs, run its manager for ``frameworks`` (its integrations:
     "batch/job", "pod") in ``namespace`` (one or several) and register its webhooks once it
     is ready; ``fair_sharing`` turns on its fair sharing (ClusterQueues of a cohort share
-    by their ``fairSharing.weight``). Undo with :func:`stop_manager`."""
+    by their ``fairSharing.weight``, preempting by :data:`FAIR_SHARING_STRATEGIES`);
+    ``feature_gates`` are passed on (VisibilityOnDemand is off unless named: its API server
+    would need an aggregated APIService). Undo with :func:`stop_manager`."""
     exe = binaries.binary("kueue")
     if shutil.which("unshare") is None:
         raise RuntimeError("Kueue needs util-linux 'unshare' (for its /etc/kueue overlay)")
@@ -109,7 +137,7 @@ def start_manager(api: client.ApiClient, spawn: processes.Spawn, *, pki: Cluster
     work.mkdir(exist_ok=True)
     ports = {k: processes.free_port() for k in ("webhook", "health", "metrics")}
     conf = {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": KUEUE_NAMESPACE,
         "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['health']}"},
@@ -122,11 +150,15 @@ def start_manager(api: client.ApiClient, spawn: processes.Spawn, *, pki: Cluster
         "managedJobsNamespaceSelector": only(namespace),
     }
     if fair_sharing:
-        conf["fairSharing"] = {"enable": True}
+        conf["fairSharing"] = {"preemptionStrategies": list(FAIR_SHARING_STRATEGIES)}
     conf_file = workdir / "kueue-config.yaml"
     conf_file.write_text(yaml.safe_dump(conf))
+    gates = {"VisibilityOnDemand": False, **(feature_gates or {})}
+    gate_arg = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(gates.items()))
+    # before the manager starts: a changed conversion restarts the CRD's watches
+    point_conversion(api, pki.ca_cert.read_bytes(), ports["webhook"])
     script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc"
-              f" && exec {exe} --config={conf_file} --feature-gates=VisibilityOnDemand=false"
+              f" && exec {exe} --config={conf_file} --feature-gates={gate_arg}"
               f" --zap-log-level=info")
     proc, record = spawn(
         "kueue", ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script],
