@@ -7,8 +7,9 @@
 # cached per version in $BERTH_E2E_CACHE (default ~/.cache/berth-e2e)/<component>-<version>/bin.
 # A cached component is not rebuilt. Nothing is ever written into the repository.
 #
-# usage: e2e/build.sh [kubernetes|kubectl|etcd|kwok|kueue|volcano|helm|core|all]...  (default: core)
-#   core = kubernetes etcd kwok; all = core kubectl kueue volcano helm
+# usage: e2e/build.sh [kubernetes|kubectl|etcd|kwok|kueue|volcano|volcano-controllers|helm|core|all]...
+#   (default: core); core = kubernetes etcd kwok;
+#   all = core kubectl kueue volcano volcano-controllers helm
 #        e2e/build.sh --bin-dir COMPONENT   prints where its binaries are cached
 set -euo pipefail
 
@@ -157,7 +158,7 @@ build_kueue_in_cwd() {
 
 # --- Volcano scheduler: volcano.sh/volcano's go.mod pins its dependencies with replaces, which
 # only the main module can apply, so the wrapper copies that replace block (minus local paths).
-build_volcano_in_cwd() {
+volcano_module_in_cwd() {
     local v="$VOLCANO_VERSION" src
     src="$(module_dir "volcano.sh/volcano@$v")"
     # Since v1.14 its API types live in a nested module (./staging/src/volcano.sh/apis) that
@@ -169,6 +170,12 @@ build_volcano_in_cwd() {
             printf 'replace volcano.sh/apis => volcano.sh/apis %s\n' "$VOLCANO_APIS_VERSION"
         fi
     } > go.mod
+}
+
+build_volcano_in_cwd() {
+    local v="$VOLCANO_VERSION" src
+    src="$(module_dir "volcano.sh/volcano@$v")"
+    volcano_module_in_cwd
     go get "volcano.sh/volcano/cmd/scheduler@$v"
     mkdir -p bin share/crd
     go build -ldflags "$ldflags_strip" -o bin/vc-scheduler volcano.sh/volcano/cmd/scheduler
@@ -177,6 +184,18 @@ build_volcano_in_cwd() {
     cp "$src"/config/crd/volcano/bases/*.yaml share/crd/
     rm -f share/crd/batch.volcano.sh_*.yaml share/crd/bus.volcano.sh_*.yaml
     chmod -R u+w share
+}
+
+# --- Volcano's controller manager, run with its queue controller alone: in v1.14 (not v1.10) the
+# scheduler allocates only in a Queue whose status says Open, which that controller writes.
+# A component of its own (like kubectl) so that adding it left a cached scheduler valid.
+build_volcano_controllers_in_cwd() {
+    local v="$VOLCANO_VERSION"
+    volcano_module_in_cwd
+    go get "volcano.sh/volcano/cmd/controller-manager@$v"
+    mkdir -p bin
+    go build -ldflags "$ldflags_strip" -o bin/vc-controller-manager \
+        volcano.sh/volcano/cmd/controller-manager
 }
 
 # --- Helm: a plain module without replaces (the chart in charts/berth is rendered and installed
@@ -199,10 +218,13 @@ build_one() {
         kwok) build_cached "kwok-$KWOK_VERSION" build_kwok_in_cwd ;;
         kueue) build_cached "kueue-$KUEUE_VERSION" build_kueue_in_cwd ;;
         volcano) build_cached "volcano-$VOLCANO_VERSION" build_volcano_in_cwd ;;
+        volcano-controllers)
+            build_cached "volcano-controllers-$VOLCANO_VERSION" build_volcano_controllers_in_cwd ;;
         helm) build_cached "helm-$HELM_VERSION" build_helm_in_cwd ;;
         core) build_one kubernetes; build_one etcd; build_one kwok ;;
-        all) build_one core; build_one kubectl; build_one kueue; build_one volcano; build_one helm ;;
-        *) echo "unknown component: $1 (kubernetes|kubectl|etcd|kwok|kueue|volcano|helm|core|all)" >&2
+        all) build_one core; build_one kubectl; build_one kueue; build_one volcano
+             build_one volcano-controllers; build_one helm ;;
+        *) echo "unknown component: $1 (kubernetes|kubectl|etcd|kwok|kueue|volcano|volcano-controllers|helm|core|all)" >&2
            return 2 ;;
     esac
 }
@@ -215,7 +237,7 @@ bin_dir() {
         etcd) key="$ETCD_VERSION" ;;
         kwok) key="$KWOK_VERSION" ;;
         kueue) key="$KUEUE_VERSION" ;;
-        volcano) key="$VOLCANO_VERSION" ;;
+        volcano|volcano-controllers) key="$VOLCANO_VERSION" ;;
         helm) key="$HELM_VERSION" ;;
         *) echo "unknown component: $1" >&2; return 2 ;;
     esac

@@ -28,6 +28,7 @@ COMPONENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "kwok": ("KWOK_VERSION", ("kwok",)),
     "kueue": ("KUEUE_VERSION", ("kueue",)),
     "volcano": ("VOLCANO_VERSION", ("vc-scheduler",)),
+    "volcano-controllers": ("VOLCANO_VERSION", ("vc-controller-manager",)),
     "helm": ("HELM_VERSION", ("helm",)),
 }
 

@@ -1,12 +1,17 @@
 """The real Volcano scheduler beside the local control plane.
 
-Volcano's scheduler needs only its CRDs (PodGroup, Queue, Numatopology, HyperNode, ...) and a
-kubeconfig; it creates its ``default`` Queue itself and uses its built-in configuration
-(enqueue, allocate, backfill with the gang plugin) or the one given. A thread here marks new
-Queues Open, the one part of Volcano's controller manager (not run here) that the scheduler
-needs. It schedules the pods whose ``schedulerName`` is ``volcano``,
-one PodGroup (``scheduling.k8s.io/group-name``) at a time, all of a group's ``minMember`` or
-none.
+Volcano's scheduler needs its CRDs (PodGroup and Queue, and the ones its cache waits for:
+Numatopology, HyperNode, NodeShard, ColocationConfiguration) and a kubeconfig; it creates its
+``default`` and ``root`` Queues itself and uses its built-in configuration (actions enqueue,
+allocate, backfill; plugins priority, gang, conformance, overcommit, drf, predicates,
+proportion, nodeorder) unless given a file. It schedules the pods whose ``schedulerName`` is
+``volcano``, one PodGroup (``scheduling.k8s.io/group-name``) at a time, all of a group's
+``minMember`` or none.
+
+Since v1.14 (not in v1.10) the scheduler allocates only in a Queue whose ``status.state`` is
+``Open``, which Volcano's controller manager writes: it runs beside the scheduler with its queue
+controller alone (no Job, PodGroup or garbage controllers; the queue commands of ``vcctl`` off),
+in the scheduler's process group, so one stop ends both.
 
 Used by ``berth dev-cluster up --with-berth --backend volcano`` and by the e2e suite
 (e2e/volcano.py).
@@ -14,10 +19,10 @@ Used by ``berth dev-cluster up --with-berth --backend volcano`` and by the e2e s
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
+import shlex
+import shutil
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 from kubernetes import client
@@ -37,13 +42,19 @@ def start_scheduler(api: client.ApiClient, spawn: processes.Spawn, *, kubeconfig
                     workdir: Path, timeout: float = 60, scheduler_conf: Path | None = None
                     ) -> tuple[subprocess.Popen[bytes], processes.ProcessRecord]:
     """Install the CRDs and run ``vc-scheduler`` until healthy (with ``scheduler_conf``, its
-    actions and plugins from that file instead of the built-in ones); stop it with
-    :func:`admission.devcluster.processes.stop`."""
+    actions and plugins from that file instead of the built-in ones), with Volcano's queue
+    controller beside it (its log ``vc-controller-manager.log`` in ``workdir``); stop both with
+    :func:`admission.devcluster.processes.stop` on the returned process."""
     exe = binaries.binary("vc-scheduler")
+    controllers = binaries.binary("vc-controller-manager")
+    if shutil.which("setpriv") is None:
+        raise RuntimeError("Volcano's controller needs util-linux 'setpriv' (tied to the "
+                           "scheduler's life)")
     install_crds(api)
     workdir.mkdir(parents=True, exist_ok=True)
     port, healthz = processes.free_port(), processes.free_port()
-    proc, record = spawn("vc-scheduler", [
+    ctl_metrics, ctl_healthz = processes.free_port(), processes.free_port()
+    scheduler = [
         str(exe),
         f"--kubeconfig={kubeconfig}",
         "--leader-elect=false",
@@ -53,33 +64,38 @@ def start_scheduler(api: client.ApiClient, spawn: processes.Spawn, *, kubeconfig
         f"--cache-dump-dir={workdir}",
         "--logtostderr",
         *([f"--scheduler-conf={scheduler_conf}"] if scheduler_conf is not None else []),
-    ], env={"KUBECONFIG": str(kubeconfig)})  # its HAMi plugin reads this
+    ]
+    controller = [
+        # killed with its parent, the scheduler (a parent-death signal is not inherited)
+        "setpriv", "--pdeathsig", "KILL", "--",
+        str(controllers),
+        f"--kubeconfig={kubeconfig}",
+        "--leader-elect=false",
+        "--controllers=queue-controller",
+        "--feature-gates=QueueCommandSync=false",
+        "--enable-healthz=true",
+        f"--healthz-address=127.0.0.1:{ctl_healthz}",
+        f"--listen-address=127.0.0.1:{ctl_metrics}",
+        "--logtostderr",
+    ]
+    ctl_log = workdir / "vc-controller-manager.log"
+    script = (f"{shlex.join(controller)} >>{shlex.quote(str(ctl_log))} 2>&1 & "
+              f"exec {shlex.join(scheduler)}")
+    proc, record = spawn("vc-scheduler", ["sh", "-c", script],
+                         env={"KUBECONFIG": str(kubeconfig)},  # its HAMi plugin reads this
+                         exe=str(exe))
     try:
         processes.wait_until(
             "vc-scheduler", lambda: processes.http_ok(f"http://127.0.0.1:{healthz}/healthz"),
             timeout=timeout, proc=proc, record=record)
+        processes.wait_until(  # a failure shows the controller's own log
+            "vc-controller-manager",
+            lambda: processes.http_ok(f"http://127.0.0.1:{ctl_healthz}/healthz"),
+            timeout=timeout, proc=proc, record=dataclasses.replace(record, log=str(ctl_log)))
     except BaseException:
         processes.stop(record, proc)
         raise
-    threading.Thread(target=_open_queues, args=(api, proc), daemon=True,
-                     name="volcano-queues").start()
     return proc, record
-
-
-def _open_queues(api: client.ApiClient, proc: subprocess.Popen[bytes]) -> None:
-    """Mark every Queue without a state Open while the scheduler runs. Volcano's controller
-    manager does this in a real installation, and the scheduler (since v1.11) enqueues nothing
-    from a queue that is not Open; only the scheduler runs here."""
-    objects = client.CustomObjectsApi(api)
-    group, version = VOLCANO_API.split("/")
-    while proc.poll() is None:
-        with contextlib.suppress(Exception):  # the cluster may be going away under it
-            for q in objects.list_cluster_custom_object(group, version, "queues")["items"]:
-                if not (q.get("status") or {}).get("state"):
-                    objects.patch_cluster_custom_object_status(
-                        group, version, "queues", q["metadata"]["name"],
-                        {"status": {"state": "Open"}})
-        time.sleep(0.5)
 
 
 def create_queue(api: client.ApiClient, name: str, *, weight: int = 1) -> bool:
