@@ -97,21 +97,30 @@ def berth(cluster: E2ECluster, tenant_namespaces: dict[str, str], kueue: Process
 
 
 class GateHistory:
-    """Every set of gates each pod of a namespace was seen with, polled in the background."""
+    """Every set of gates each pod of a namespace was seen with, polled in the background;
+    polled once more on exit, so the last state is never missed. A failed poll is kept in
+    ``errors`` (a gap in the history) rather than ending the polling."""
 
     def __init__(self, cluster: E2ECluster, ns: str) -> None:
         self.seen: dict[str, list[frozenset[str]]] = {}
+        self.errors: list[str] = []
         self._core, self._ns = cluster.core, ns
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
+    def _poll_once(self) -> None:
+        for p in self._core.list_namespaced_pod(self._ns).items:
+            gates = owners(p.spec.scheduling_gates)
+            states = self.seen.setdefault(p.metadata.name, [])
+            if not states or states[-1] != gates:
+                states.append(gates)
+
     def _poll(self) -> None:
         while not self._done.is_set():
-            for p in self._core.list_namespaced_pod(self._ns).items:
-                gates = owners(p.spec.scheduling_gates)
-                states = self.seen.setdefault(p.metadata.name, [])
-                if not states or states[-1] != gates:
-                    states.append(gates)
+            try:
+                self._poll_once()
+            except Exception as exc:  # kept and shown with the history
+                self.errors.append(repr(exc))
             time.sleep(0.05)
 
     def __enter__(self) -> GateHistory:
@@ -121,6 +130,7 @@ class GateHistory:
     def __exit__(self, *exc: object) -> None:
         self._done.set()
         self._thread.join(timeout=5)
+        self._poll_once()
 
 
 def _workloads(cluster: E2ECluster, ns: str) -> list[Any]:
