@@ -8,8 +8,8 @@
 # A cached component is not rebuilt. Nothing is ever written into the repository.
 #
 # usage: e2e/build.sh [kubernetes|kubectl|etcd|kwok|kueue|volcano|volcano-controllers|helm|core|all]...
-#   (default: core); core = kubernetes etcd kwok;
-#   all = core kubectl kueue volcano volcano-controllers helm
+#   (default: core); core = kubernetes etcd kwok; volcano = its scheduler + volcano-controllers;
+#   all = core kubectl kueue volcano helm
 #        e2e/build.sh --bin-dir COMPONENT   prints where its binaries are cached
 set -euo pipefail
 
@@ -217,13 +217,14 @@ build_one() {
         etcd) build_cached "etcd-$ETCD_VERSION" build_etcd_in_cwd ;;
         kwok) build_cached "kwok-$KWOK_VERSION" build_kwok_in_cwd ;;
         kueue) build_cached "kueue-$KUEUE_VERSION" build_kueue_in_cwd ;;
-        volcano) build_cached "volcano-$VOLCANO_VERSION" build_volcano_in_cwd ;;
+        # Volcano = its scheduler and the controller manager that opens its Queues.
+        volcano) build_cached "volcano-$VOLCANO_VERSION" build_volcano_in_cwd
+                 build_one volcano-controllers ;;
         volcano-controllers)
             build_cached "volcano-controllers-$VOLCANO_VERSION" build_volcano_controllers_in_cwd ;;
         helm) build_cached "helm-$HELM_VERSION" build_helm_in_cwd ;;
         core) build_one kubernetes; build_one etcd; build_one kwok ;;
-        all) build_one core; build_one kubectl; build_one kueue; build_one volcano
-             build_one volcano-controllers; build_one helm ;;
+        all) build_one core; build_one kubectl; build_one kueue; build_one volcano; build_one helm ;;
         *) echo "unknown component: $1 (kubernetes|kubectl|etcd|kwok|kueue|volcano|volcano-controllers|helm|core|all)" >&2
            return 2 ;;
     esac
