@@ -191,9 +191,10 @@ def _wait_until_admitting(api: client.ApiClient, namespace: str | Sequence[str],
     the apiserver's admission chain, and a pod created before that is never Kueue's."""
     ns = namespace if isinstance(namespace, str) else namespace[0]
     labels = {"kueue.x-k8s.io/queue-name": "probe"}
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kueue-probe",
-                                                           "labels": labels},
-           "spec": {"containers": [{"name": "c", "image": "registry.invalid/probe:1"}]}}
+    pod: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "kueue-probe", "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/probe:1"}]}}
     job = {"apiVersion": "batch/v1", "kind": "Job",
            "metadata": {"name": "kueue-probe", "labels": labels},
            "spec": {"template": {"spec": {**pod["spec"], "restartPolicy": "Never"}}}}
