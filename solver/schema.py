@@ -664,7 +664,7 @@ def parse_policy(r: _Reader, value: object, path: str = "policy") -> SolverPolic
         cp = f"{path}.reclaim"
         cd = r.obj(d["reclaim"], cp, RECLAIM_FIELDS)
         if cd is not None:
-            reclaim = r.build(cp, Reclaim, r.flag(cd, "enabled", cp, default=True),
+            reclaim = r.build(cp, Reclaim, r.flag(cd, "enabled", cp, default=False),
                               r.number(cd, "min_run_s", cp, default=300.0, lo=0.0),
                               r.integer(cd, "max_gangs", cp, default=4, hi=1024)) or reclaim
     return SolverPolicy(weights, levels, tuple(classes),

@@ -473,7 +473,7 @@ class Reclaim:
     borrowed quota (solver/reclaim.py): only if ``enabled``, only gangs that have run at least
     ``min_run_s``, at most ``max_gangs`` evicted per window."""
 
-    enabled: bool = True
+    enabled: bool = False
     min_run_s: float = 300.0
     max_gangs: int = 4
 

@@ -55,7 +55,7 @@ def snap(gangs: tuple[Gang, ...], running: tuple[Running, ...], *, quota_a: int 
                     running=running,
                     tenants=(Tenant("a", quota_milli=quota_a * 1000),
                              Tenant("b", quota_milli=quota_b * 1000)),
-                    policy=SolverPolicy(reclaim=Reclaim(**rules)))  # type: ignore[arg-type]
+                    policy=SolverPolicy(reclaim=Reclaim(**{"enabled": True, **rules})))  # type: ignore[arg-type]
 
 
 def decide(s: Snapshot) -> Plan:

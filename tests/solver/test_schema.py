@@ -128,7 +128,7 @@ def test_reclaim_fields_are_read_bounded_and_round_tripped() -> None:
     rc = snap.policy.reclaim
     assert (rc.enabled, rc.min_run_s, rc.max_gangs) == (False, 60, 2)
     assert parse_snapshot(json.loads(json.dumps(snapshot_to_dict(snap)))) == snap
-    assert parse_snapshot({"nodes": doc["nodes"]}).policy.reclaim.enabled  # on by default
+    assert not parse_snapshot({"nodes": doc["nodes"]}).policy.reclaim.enabled  # off by default
     doc["running"][0].update(run_s=-1, gang=7)
     doc["policy"] = {"reclaim": {"enabled": "yes", "max_gangs": 5000, "minrun": 1}}
     errors = _errors(doc)
