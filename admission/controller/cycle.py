@@ -5,6 +5,9 @@
     2. timeouts   report gangs whose pods never all arrived
     3. solve      in a worker process, with a time limit
     4. check      the one feasibility checker judges the plan; a refused plan releases nothing
+                  and evicts nothing
+    4b. reclaim   evict the gangs the plan reclaims, whole, through the Eviction API (batch
+                  cycle only; :mod:`.reclaim`)
     5. release    write placements, then open the gates, per gang (gangs side by side)
     6. requeue    tell every pod left waiting why (and every released pod its scheduler has not
                   bound), and publish the queue per tenant
@@ -35,6 +38,7 @@ from admission.controller import translate as tr
 from admission.controller.explain import Explainer, Why, reasons
 from admission.controller.inventory import Inventory
 from admission.controller.metrics import Metrics
+from admission.controller.reclaim import EvictionResult, Evictor
 from admission.controller.release import Releaser, ReleaseResult
 from admission.controller.settings import Settings
 from admission.controller.snapshot import Built, GangInfo, GangState, Memo, build
@@ -61,6 +65,7 @@ class CycleReport:
     why: dict[str, Why] = field(default_factory=dict)
     solver_status: str = ""
     violations: list[str] = field(default_factory=list)
+    evictions: list[EvictionResult] = field(default_factory=list)
 
     def summary(self) -> str:
         phases = " ".join(f"{k}={v * 1000:.0f}ms" for k, v in self.phases.items())
@@ -73,12 +78,14 @@ class CycleReport:
 class Cycle:
     def __init__(self, *, inventory: Inventory, settings: Settings, releaser: Releaser,
                  explainer: Explainer, solve: Solve, fast_solve: Solve | None = None,
+                 evictor: Evictor | None = None,
                  clock: Callable[[], datetime], metrics: Metrics,
                  still_leader: Callable[[], bool] = lambda: True) -> None:
         self.inventory = inventory
         self.settings = settings
         self.releaser = releaser
         self.explainer = explainer
+        self.evictor = evictor
         self.solve = solve
         self.fast_solve = fast_solve or solve
         self.clock = clock
@@ -138,7 +145,7 @@ class Cycle:
 
         # 4. Check: never release a plan the checker refuses.
         with self._phase(report, "check"):
-            violations = check(built.snapshot, plan) if plan.admitted else []
+            violations = check(built.snapshot, plan) if plan.admitted or plan.evictions else []
             report.violations = [str(v) for v in violations]
             rejected = None
             if violations:
@@ -146,8 +153,16 @@ class Cycle:
                 log.error("cycle %d: plan refused by the checker: %s", self.number,
                           "; ".join(report.violations[:5]))
                 rejected = "the plan failed the feasibility check; retrying next window"
-                plan = replace(plan, admitted=())
+                plan = replace(plan, admitted=(), evictions=())
             report.admitted = len(plan.admitted)
+
+        # 4b. Reclaim: the gangs the plan takes back, evicted whole (never on the fast path).
+        if plan.evictions:
+            with self._phase(report, "reclaim"):
+                if fast or self.evictor is None:
+                    plan = replace(plan, evictions=())
+                else:
+                    report.evictions = self.evictor.evict_all(plan.evictions, self.still_leader)
 
         # 5. Release: placements first, gates only once every pod of a gang carries its plan.
         with self._phase(report, "release"):

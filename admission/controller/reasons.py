@@ -114,6 +114,16 @@ REASONS: Final[tuple[Reason, ...]] = (
         "with an `activeDeadlineSeconds` of their own may backfill the held capacity.",
     ),
     Reason(
+        "Reclaim", True, "Normal", "explain.py",
+        "Reclaim (`solver.reclaim`, docs/reclaim.md): the gang's tenant waits within its own "
+        "quota, and gangs of tenants running on quota it lent are being evicted for it; it "
+        "starts in a later window once they are gone. Or: the gang's tenant borrows, and a "
+        "tenant within its quota takes that quota back before the gang starts.",
+        "waiting: reclaim: tenant team-a takes back its quota; gangs team-b/train on borrowed "
+        "quota are evicted and it starts when they are gone; 0 gangs ahead",
+        "Nothing; a borrowing tenant's gang starts when quota is idle again.",
+    ),
+    Reason(
         "Deferred", True, "Normal", "explain.py",
         "Quota allows the gang but this window's plan did not place it. The message is the "
         "solver's reason (solver/cpsat/reasons.py), the most fundamental first: `no node with "

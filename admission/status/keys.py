@@ -19,7 +19,7 @@ ANNOTATION_RESERVATION: Final = f"{c.DOMAIN}/reservation"
 # The Waiting condition's or an Event's reason for a gang that holds a reservation.
 REASON_RESERVED: Final = "Reserved"
 # An Event's reason on a pod Berth evicted to give a tenant back its quota.
-REASON_RECLAIMED: Final = "Reclaimed"
+REASON_RECLAIMED: Final = c.EVENT_RECLAIMED
 
 CONDITION_WAITING: Final = keys.CONDITION_WAITING
 EVENT_COMPONENT: Final = keys.EVENT_COMPONENT
