@@ -177,6 +177,8 @@ def group_gangs(view: View, settings: Settings) -> dict[str, GangInfo]:
         gated = tr.has_berth_gate(pod)
         if not gated and not tr.annotations_of(pod).get(c.ANNOTATION_ASSIGNED_NODE):
             continue  # not Berth's
+        if not gated and leaving(pod):
+            continue  # on its way out (evicted by reclaim): its owner's new pods are the gang
         tenant = trust.tenant_of(pod, settings)
         if tenant is None:
             continue  # not a namespace the policy manages: never Berth's, whatever it says

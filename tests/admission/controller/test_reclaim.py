@@ -70,16 +70,23 @@ def test_a_tenant_within_its_quota_reclaims_a_borrowed_gang_whole() -> None:
     metric = ctl.metrics.registry.get_sample_value(
         "berth_reclaimed_gangs_total", {"tenant": "team-a", "victim_tenant": "team-b"})
     assert metric == 1.0
-    # while the evicted pods terminate, nothing more is evicted for the same gang
+    # while the evicted pods terminate, nothing more is evicted for the same gang, and the
+    # pods their owner makes again wait as the same gang, not confused with the leaving ones
+    for i in range(2):
+        api.add_pod(pod(f"b1-new-{i}", ns="team-b", gang="b1", size=2, gpus=2,
+                        created=clock()))
     ctl.relist()
-    ctl.run_cycle()
+    report = ctl.run_cycle()
     assert sorted(api.evictions) == ["team-b/b1-0", "team-b/b1-1"]
+    assert report.why["team-b/b1"].reason in ("Quota", "Deferred", "Reclaim"), \
+        report.why["team-b/b1"]
     # once they are gone (the owner recreates them later), the reclaiming gang starts
     for key in ("team-b/b1-0", "team-b/b1-1"):
         del api.pods[key]
     ctl.relist()
     ctl.run_cycle()
     assert gates(api, "team-a/a1-0") == []
+    assert gates(api, "team-b/b1-new-0") == ["berth.dev/admission"]  # no idle quota now
     assert sorted(api.evictions) == ["team-b/b1-0", "team-b/b1-1"]  # b2 kept running
 
 
