@@ -177,8 +177,6 @@ def group_gangs(view: View, settings: Settings) -> dict[str, GangInfo]:
         gated = tr.has_berth_gate(pod)
         if not gated and not tr.annotations_of(pod).get(c.ANNOTATION_ASSIGNED_NODE):
             continue  # not Berth's
-        if not gated and leaving(pod):
-            continue  # on its way out (evicted by reclaim): its owner's new pods are the gang
         tenant = trust.tenant_of(pod, settings)
         if tenant is None:
             continue  # not a namespace the policy manages: never Berth's, whatever it says
@@ -351,7 +349,9 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
 
 def leaving(pod: Obj) -> bool:
     """The pod is on its way out: being deleted, or a disruption (an eviction, a preemption)
-    has been announced on it (condition ``DisruptionTarget`` True)."""
+    has been announced on it (condition ``DisruptionTarget`` True). (The inventory drops a pod
+    being deleted altogether, :meth:`.Inventory.pod_matters`; what is left here is a pod whose
+    eviction was announced and not yet carried out.)"""
     if tr.meta(pod).get("deletionTimestamp"):
         return True
     return any(cond.get("type") == c.CONDITION_DISRUPTION_TARGET and cond.get("status") == "True"

@@ -71,7 +71,8 @@ def test_a_tenant_within_its_quota_reclaims_a_borrowed_gang_whole() -> None:
         "berth_reclaimed_gangs_total", {"tenant": "team-a", "victim_tenant": "team-b"})
     assert metric == 1.0
     # while the evicted pods terminate, nothing more is evicted for the same gang, and the
-    # pods their owner makes again wait as the same gang, not confused with the leaving ones
+    # pods their owner makes again wait as the same gang (the inventory drops pods being
+    # deleted, so the leaving ones are not counted as members)
     for i in range(2):
         api.add_pod(pod(f"b1-new-{i}", ns="team-b", gang="b1", size=2, gpus=2,
                         created=clock()))
