@@ -32,8 +32,9 @@ Rules (each a :class:`Kind`):
   a victim of the reclaiming tenant itself, or of a tenant not over its quota before its last
   eviction (usage after the plan, less every gang evicted from it but the largest, must
   exceed its quota: some order takes each gang while its tenant still borrows); a reclaiming
-  gang that is not pending, is admitted by the same plan, or would take its tenant over its
-  own quota (usage after the plan plus every gang it reclaims for).
+  gang that is not pending, is not admitted by the same plan, or takes its tenant over its
+  own quota (usage after the plan). The plan's admissions are judged (capacity, quota,
+  interference) on what runs once the evicted pods are gone.
 - ``interference``: pods share a GPU although a QoS class forbids it
   (:attr:`QoSProfile.exclusive`, :attr:`QoSProfile.no_share_with`, in either direction), or a
   latency-sensitive pod's predicted latency there exceeds its SLO
@@ -43,7 +44,7 @@ Rules (each a :class:`Kind`):
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from solver.eligibility import why_not
@@ -103,8 +104,15 @@ def quota_violations(snapshot: Snapshot, plan: Plan) -> list[Violation]:
 
 
 def check(snapshot: Snapshot, plan: Plan) -> list[Violation]:
-    """Every hard rule ``plan`` breaks on ``snapshot``; an empty list means feasible."""
+    """Every hard rule ``plan`` breaks on ``snapshot``; an empty list means feasible. A plan
+    with evictions is judged as a whole: the evictions by the reclaim rule on ``snapshot``,
+    the admissions on what runs once the evicted pods are gone."""
     out: list[Violation] = []
+    if plan.evictions:
+        out += _eviction_violations(snapshot, plan, {g.name: g for g in snapshot.gangs})
+        gone = {p for e in plan.evictions for p in e.pods}
+        snapshot = replace(snapshot, running=tuple(r for r in snapshot.running
+                                                    if r.name not in gone))
     nodes = {n.name: n for n in snapshot.nodes}
     gangs = {g.name: g for g in snapshot.gangs}
     out += _gang_violations(plan, gangs)
@@ -120,8 +128,6 @@ def check(snapshot: Snapshot, plan: Plan) -> list[Violation]:
     out += _capacity_violations(snapshot, unique, gangs, nodes)
     out += _interference_violations(snapshot, unique, gangs, nodes)
     out += quota_violations(snapshot, plan)
-    if plan.evictions:
-        out += _eviction_violations(snapshot, plan, gangs)
     return out
 
 
@@ -392,9 +398,9 @@ def _eviction_violations(snapshot: Snapshot, plan: Plan,
         if want is None or want.tenant != e.for_tenant:
             bad(f"gang {g} is evicted for {e.for_gang} of tenant {e.for_tenant}, which is not "
                 "a pending gang of that tenant", g)
-        elif e.for_gang in admitted:
-            bad(f"gang {g} is evicted for {e.for_gang}, which the same plan admits (it must "
-                "wait for the evicted pods to go)", g)
+        elif e.for_gang not in admitted:
+            bad(f"gang {g} is evicted for {e.for_gang}, which the plan does not admit (an "
+                "eviction must make room for a gang placed by the same plan)", g)
         else:
             wants[e.for_tenant].add(e.for_gang)
         evicted[e.tenant].append(milli_of[g])
@@ -407,7 +413,7 @@ def _eviction_violations(snapshot: Snapshot, plan: Plan,
                 f"{quota} (only borrowed quota is reclaimed)")
     for tenant, names in sorted(wants.items()):
         quota = quotas.get(tenant)
-        total = used.get(tenant, 0) + sum(gangs[n].gpu_demand_milli for n in names)
+        total = used.get(tenant, 0)  # the plan admits its gangs: they are counted
         if quota is None or total > quota:
             bad(f"tenant {tenant} reclaims for gangs {', '.join(sorted(names))} but would use "
                 f"{total} milli-GPU with them, over its own quota of {quota}")

@@ -20,13 +20,14 @@ gang the plan leaves waiting, in queue order (:func:`solver.queue.queue_order`):
    (best-fit, the placer the engine's order search uses) in what is free once they are gone;
    if it never fits, nothing is taken for it. Then each victim whose removal still lets it fit
    is given back, the last chosen first.
-5. **Then**: when un-admitting this plan's gangs was enough, the gang is admitted in this
-   plan where it fits (judged by the checker with the rest of the plan; else nothing
-   changes). When running gangs must go, the plan evicts them (:attr:`solver.plan.Plan.evictions`)
-   and the gang waits: it starts in a later window, once the evicted pods are gone (a pod
-   being deleted has ``remaining_s == 0`` and its capacity counts as freed, so a later window
-   does not evict again for the same gang). What it will use counts as taken for the gangs
-   after it in this window.
+5. **Then**: the gang is admitted in this same plan where it fits, and the running gangs that
+   must go are evicted by it (:attr:`solver.plan.Plan.evictions`): the plan is judged by the
+   checker as a whole, its admissions on what is left once the evicted pods are gone (if it
+   breaks a rule, nothing is taken for the gang). So what reclaim frees goes to the gang it
+   was freed for, never to another gang of a later window; the controller releases the gang
+   only once every eviction for it was accepted, and its pods bind when the evicted ones are
+   gone. (A pod whose disruption was announced has ``remaining_s == 0`` and its capacity
+   counts as freed, so a later window does not evict again for the same gang.)
 
 At most ``policy.reclaim.max_gangs`` gangs are evicted per window. The checker judges every
 eviction (:func:`solver.checker.check`). Pure: nothing beyond the snapshot and the plan.
@@ -129,9 +130,9 @@ def plan_reclaim(snapshot: Snapshot, plan: Plan) -> Plan:
     by_gang = running_gangs(snapshot)
     running = [r for r in snapshot.running if not leaving(r)]
     removed: set[str] = set()  # running pods (by name) of gangs evicted so far
-    taken: list[Running] = []  # stand-ins of gangs that will start in what was freed
     evictions: list[Eviction] = []
     notes: dict[str, str] = {}
+    changed = False
     if not any(quotas.get(g.tenant) is not None for g in waiting):
         return plan
     for gang in waiting:
@@ -175,7 +176,7 @@ def plan_reclaim(snapshot: Snapshot, plan: Plan) -> Plan:
             kept = [r for name, gp in admitted.items() if name not in dropped
                     for r in _as_running(gangs[name], gp)]
             return (*(r for r in running if r.name not in removed and r.name not in gone),
-                    *kept, *taken)
+                    *kept)
 
         chosen: list[Victim] = []
         left = dict(used)
@@ -203,12 +204,13 @@ def plan_reclaim(snapshot: Snapshot, plan: Plan) -> Plan:
                 chosen, found = rest, again
         dropped = [v for v in chosen if v.placement is not None]
         evicted = [v for v in chosen if v.placement is None]
-        if not evicted:
-            trial = [gp for name, gp in admitted.items()
-                     if name not in {v.gang for v in dropped}]
-            candidate = replace(plan, admitted=(*trial, found), deferred=())
-            if check(snapshot, candidate):
-                continue
+        new_evictions = [Eviction(v.gang, v.tenant, tuple(sorted(r.name for r in v.pods)),
+                                  gang.name, gang.tenant) for v in evicted]
+        trial = [gp for name, gp in admitted.items() if name not in {v.gang for v in dropped}]
+        candidate = replace(plan, admitted=(*trial, found), deferred=(),
+                            evictions=(*evictions, *new_evictions))
+        if check(snapshot, candidate):
+            continue  # the plan with it and its evictions breaks a rule: take nothing for it
         for v in dropped:
             del admitted[v.gang]
             used[v.tenant] = used.get(v.tenant, 0) - v.milli
@@ -217,19 +219,12 @@ def plan_reclaim(snapshot: Snapshot, plan: Plan) -> Plan:
         for v in evicted:
             removed.update(r.name for r in v.pods)
             used[v.tenant] = used.get(v.tenant, 0) - v.milli
-            evictions.append(Eviction(v.gang, v.tenant, tuple(sorted(r.name for r in v.pods)),
-                                      gang.name, gang.tenant))
+        evictions.extend(new_evictions)
         used[gang.tenant] = used.get(gang.tenant, 0) + gang.gpu_demand_milli
-        if evicted:
-            taken.extend(_as_running(gang, found))
-            names = ", ".join(v.gang for v in evicted)
-            notes[gang.name] = (f"reclaim: tenant {gang.tenant} takes back its quota; gangs "
-                                f"{names} on borrowed quota are evicted and it starts when "
-                                "they are gone")
-        else:
-            admitted[gang.name] = found
-            notes.pop(gang.name, None)
-    if not notes:
+        admitted[gang.name] = found
+        notes.pop(gang.name, None)
+        changed = True
+    if not changed:
         return plan
     order = [gp.gang for gp in plan.admitted]
     new_admitted = tuple(admitted[n] for n in order if n in admitted) + tuple(
@@ -237,7 +232,7 @@ def plan_reclaim(snapshot: Snapshot, plan: Plan) -> Plan:
     done = {gp.gang for gp in new_admitted}
     deferred = [Deferred(d.gang, notes.get(d.gang, d.reason)) for d in plan.deferred
                 if d.gang not in done]
-    deferred += [Deferred(n, notes[n]) for n in order if n not in done]
+    deferred += [Deferred(n, notes[n]) for n in order if n not in done and n in notes]
     detail = dict(plan.stats.detail)
     detail["reclaimed"] = float(len(evictions))
     return replace(plan, admitted=new_admitted, deferred=tuple(deferred),

@@ -44,7 +44,7 @@ from admission.controller.settings import Settings
 from admission.controller.snapshot import Built, GangInfo, GangState, Memo, build
 from admission.controller.unbound import not_bound
 from solver.checker import check
-from solver.plan import Plan
+from solver.plan import Deferred, Plan
 from solver.types import MILLI, Snapshot
 
 log = logging.getLogger(__name__)
@@ -163,6 +163,7 @@ class Cycle:
                     plan = replace(plan, evictions=())
                 else:
                     report.evictions = self.evictor.evict_all(plan.evictions, self.still_leader)
+                    plan = _without_unfreed(plan, report.evictions)
 
         # 5. Release: placements first, gates only once every pod of a gang carries its plan.
         with self._phase(report, "release"):
@@ -297,6 +298,23 @@ class Cycle:
             self.metrics.pending_gangs.labels(tenant, state).set(n)
         for tenant, m in milli.items():
             self.metrics.pending_gpus.labels(tenant).set(m / MILLI)
+
+
+def _without_unfreed(plan: Plan, results: list[EvictionResult]) -> Plan:
+    """``plan`` less the gangs reclaim made room for whose evictions were not all carried out
+    (a PodDisruptionBudget, a lost lease): they would be released onto GPUs still held."""
+    done = {r.gang for r in results if r.complete}
+    unfreed = {e.for_gang for e in plan.evictions if e.gang not in done}
+    if not unfreed:
+        return plan
+    refused = {e.for_gang: r.refused for e in plan.evictions for r in results
+               if r.gang == e.gang and r.refused}
+    deferred = [*plan.deferred, *(
+        Deferred(g, f"reclaim: an eviction to make room for it was not carried out "
+                    f"({refused.get(g) or 'not attempted'}); planned again next window")
+        for g in sorted(unfreed))]
+    return replace(plan, admitted=tuple(gp for gp in plan.admitted if gp.gang not in unfreed),
+                   deferred=tuple(deferred))
 
 
 def _told_to_wait(pod: tr.Obj) -> bool:

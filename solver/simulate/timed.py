@@ -19,9 +19,9 @@ cycle is, and each step is one method of the one state object (:class:`_Replay`)
               contract is that every policy returns a feasible plan.
 7. start      admitted gangs start at the window's end; the rest keep waiting, with their
               waiting time (which the solver ages) growing. Gangs the plan reclaims
-              (``policy.reclaim``, solver/reclaim.py) stop at once and go back to their queue
-              in arrival order (their run so far counted as lost); the next window wakes at
-              once for the gangs they made room for.
+              (``policy.reclaim``, solver/reclaim.py) stop first, at once, and go back to
+              their queue in arrival order (their run so far counted as lost); the gangs they
+              made room for start in what they freed.
 8. stop       the clock stops when nothing is left to happen, or at ``until_s``.
 
 Everything that changes the GPUs' state goes through one place (:class:`_Cluster`), which
@@ -592,8 +592,8 @@ def simulate_timed(
         replay.check_plan(snapshot, plan, now=boundary)
         # 7. Start the admitted gangs at the window's end; the gangs reclaim evicts go back
         #    to their queues.
-        replay.start(pending, plan, now=boundary)
         replay.evict(plan, now=boundary)
+        replay.start(pending, plan, now=boundary)
         if progress is not None and scenario.arrivals:
             progress(replay.next_arrival / len(scenario.arrivals))
     # 8. Stop the clock (at ``until`` if that is later than the last event) and sum up.
@@ -626,7 +626,6 @@ class _Replay:
     backfilled: int = 0
     reclaimed: int = 0
     reclaim_lost_gpu_s: float = 0.0
-    wakes: list[float] = field(default_factory=list)  # heap: windows to wake at (reclaim)
 
     @classmethod
     def begin(cls, scenario: Scenario, config: TimedConfig) -> _Replay:
@@ -650,8 +649,6 @@ class _Replay:
             cands.append(self.scenario.arrivals[self.next_arrival].arrival_s)
         if self.departures:
             cands.append(self.departures[0][0])
-        if self.wakes:
-            cands.append(self.wakes[0])
         return min(cands) if cands else None
 
     def wake_up(self, event: float) -> float:
@@ -667,9 +664,7 @@ class _Replay:
         arrivals = self.scenario.arrivals
         while (event := self.next_event()) is not None and event <= horizon:
             self.cluster.advance(event)
-            if self.wakes and self.wakes[0] == event:
-                heapq.heappop(self.wakes)  # a window to decide in, nothing else happens
-            elif self.departures and self.departures[0][0] == event:
+            if self.departures and self.departures[0][0] == event:
                 _, name = heapq.heappop(self.departures)
                 ran = self.placed.get(name)
                 if ran is None or ran.end_s != event or name in self.departed:
@@ -737,7 +732,7 @@ class _Replay:
     def evict(self, plan: Plan, *, now: float) -> None:
         """The gangs ``plan`` reclaims stop at ``now`` (their pods gone at once, as with a
         grace period of 0) and go back to their queues in arrival order, their run so far
-        lost; the next window wakes at once, for the gangs they made room for."""
+        lost; the gangs they made room for start in the same window."""
         for e in plan.evictions:
             p = self.placed.pop(e.gang)
             self.cluster.stop(p)
@@ -751,8 +746,6 @@ class _Replay:
             queue.clear()
             queue.extend(ordered)
             self.cluster.enqueue(p.timed)
-        if plan.evictions:
-            heapq.heappush(self.wakes, now + self.config.window_s)
 
     def start(self, pending: list[TimedGang], plan: Plan, *, now: float) -> None:
         """The gangs ``plan`` admits leave their queues and start running at ``now``."""

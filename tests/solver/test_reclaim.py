@@ -76,9 +76,10 @@ def test_a_tenant_within_its_quota_reclaims_a_borrowed_gang_whole() -> None:
     assert evicted(plan) == {"a2"}  # one gang is enough (the one that ran least)
     (e,) = plan.evictions
     assert e.pods == ("a2-0",) and e.tenant == "a" and e.for_gang == "b1" and e.for_tenant == "b"
-    assert "b1" not in plan.admitted_names  # it waits for the evicted pods to go
-    (d,) = plan.deferred
-    assert d.reason.startswith("reclaim: tenant b takes back its quota") and "a2" in d.reason
+    # it is placed by the same plan, on the GPUs the eviction frees
+    assert plan.admitted_names == {"b1"} and plan.deferred == ()
+    (gp,) = plan.admitted
+    assert {s.index for pp in gp.pods for s in pp.gpus} <= {4, 5, 6, 7}
 
 
 def test_every_pod_of_the_victim_gang_is_evicted() -> None:
@@ -219,15 +220,17 @@ def test_checker_refuses_a_victim_within_its_quota_and_the_own_tenant() -> None:
     assert any("its own tenant" in m for m in errors)
 
 
-def test_checker_refuses_young_gangs_reclaim_off_and_admitting_the_reclaimer() -> None:
+def test_checker_refuses_young_gangs_reclaim_off_and_evictions_for_no_admitted_gang() -> None:
     s, plan = _base()
     young = replace(s, running=tuple(replace(r, run_s=10.0) for r in s.running))
     assert any("min_run_s" in m for m in _reclaim_errors(young, plan))
     off = replace(s, policy=SolverPolicy(reclaim=Reclaim(enabled=False)))
     assert any("reclaim is off" in m for m in _reclaim_errors(off, plan))
-    greedy = solve(replace(s, running=()), time_limit=0.5)  # b1 admitted on an empty node
-    both = replace(greedy, evictions=plan.evictions)
-    assert any("same plan admits" in m for m in _reclaim_errors(s, both))
+    alone = replace(plan, admitted=(), deferred=())  # the evictions without their gang
+    assert any("does not admit" in m for m in _reclaim_errors(s, alone))
+    # without its evictions, the gang's placement overcommits the GPUs the victim holds
+    kept = replace(plan, evictions=())
+    assert any(v.kind == Kind.CAPACITY for v in check(s, kept))
 
 
 def test_checker_refuses_a_reclaimer_beyond_its_quota() -> None:
@@ -299,3 +302,4 @@ def test_plans_with_evictions_pass_the_checker(s: Snapshot) -> None:
     for e in plan.evictions:
         assert set(e.pods) == by_gang[e.gang]  # whole
         assert e.tenant != e.for_tenant
+        assert e.for_gang in plan.admitted_names  # placed in what it frees

@@ -62,11 +62,10 @@ def test_a_tenant_within_its_quota_reclaims_a_borrowed_gang_whole() -> None:
     assert sorted(e["involvedObject"]["name"] for e in events) == ["b1-0", "b1-1"]
     assert all("reclaimed by tenant team-a for its gang team-a/a1" in e["message"]
                for e in events)
-    # the reclaiming gang waits for the evicted pods to go, and says so
-    assert gates(api, "team-a/a1-0") == ["berth.dev/admission"]
-    cond = condition(api, "team-a/a1-0")
-    assert cond is not None and cond["reason"] == "Reclaim", cond
-    assert "team-b/b1" in cond["message"]
+    # the reclaiming gang is released in the same cycle, pinned where the evicted pods were
+    # (the scheduler binds it once they are gone)
+    assert gates(api, "team-a/a1-0") == []
+    assert api.pods["team-a/a1-0"]["metadata"]["annotations"]["berth.dev/assigned-node"] == "n0"
     metric = ctl.metrics.registry.get_sample_value(
         "berth_reclaimed_gangs_total", {"tenant": "team-a", "victim_tenant": "team-b"})
     assert metric == 1.0
@@ -81,13 +80,12 @@ def test_a_tenant_within_its_quota_reclaims_a_borrowed_gang_whole() -> None:
     assert sorted(api.evictions) == ["team-b/b1-0", "team-b/b1-1"]
     assert report.why["team-b/b1"].reason in ("Quota", "Deferred", "Reclaim"), \
         report.why["team-b/b1"]
-    # once they are gone (the owner recreates them later), the reclaiming gang starts
+    # once they are gone, the recreated gang still waits: no quota is idle for it to borrow
     for key in ("team-b/b1-0", "team-b/b1-1"):
         del api.pods[key]
     ctl.relist()
     ctl.run_cycle()
-    assert gates(api, "team-a/a1-0") == []
-    assert gates(api, "team-b/b1-new-0") == ["berth.dev/admission"]  # no idle quota now
+    assert gates(api, "team-b/b1-new-0") == ["berth.dev/admission"]
     assert sorted(api.evictions) == ["team-b/b1-0", "team-b/b1-1"]  # b2 kept running
 
 
@@ -125,6 +123,10 @@ def test_a_disruption_budget_keeps_the_whole_gang() -> None:
     assert len(report.evictions) == 1 and not report.evictions[0].complete
     assert "429" in (report.evictions[0].refused or "")
     assert reclaimed_events(api) == []
+    # the gang it was for is not released onto GPUs that are still held
+    assert gates(api, "team-a/a1-0") == ["berth.dev/admission"]
+    cond = condition(api, "team-a/a1-0")
+    assert cond is not None and cond["reason"] == "Reclaim" and "429" in cond["message"], cond
     assert ctl.metrics.registry.get_sample_value(
         "berth_reclaim_refused_total", {"tenant": "team-a", "victim_tenant": "team-b"}) == 1.0
 

@@ -365,8 +365,8 @@ def test_random_scenarios_conserve_gangs_and_capacity(
 
 def test_reclaim_evicts_a_borrowed_gang_which_goes_back_to_its_queue() -> None:
     """team-b (quota 0) borrows the only GPU at 0; team-a (quota 1) arrives at 1000 and
-    reclaims it: b's gang stops (1000 GPU-seconds lost), a's starts the next window, b's runs
-    again from the start once a's is done. Without reclaim, a waits until b ends."""
+    reclaims it: b's gang stops (1000 GPU-seconds lost), a's starts in its place at once, b's
+    runs again from the start once a's is done. Without reclaim, a waits until b ends."""
     from solver.types import Reclaim
 
     def scenario(on: bool) -> Scenario:
@@ -381,8 +381,8 @@ def test_reclaim_evicts_a_borrowed_gang_which_goes_back_to_its_queue() -> None:
                                                     time_limit_s=0.5))
     by = {o.gang: o for o in on.outcomes}
     assert on.reclaimed == 1 and on.reclaim_lost_gpu_s == pytest.approx(1000.0)
-    assert by["a1"].start_s == 1005.0  # the window after the eviction
-    assert by["b1"].start_s == 1105.0 and by["b1"].end_s == 6105.0  # from the start again
+    assert by["a1"].start_s == 1000.0  # in the window of the eviction, on the freed GPU
+    assert by["b1"].start_s == 1100.0 and by["b1"].end_s == 6100.0  # from the start again
     assert on.count("departed") == 2
     off = simulate_timed(scenario(False), TimedConfig(policy="cpsat", window_s=5.0,
                                                       time_limit_s=0.5))
