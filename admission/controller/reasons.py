@@ -115,13 +115,14 @@ REASONS: Final[tuple[Reason, ...]] = (
     ),
     Reason(
         "Reclaim", True, "Normal", "explain.py",
-        "Reclaim (`solver.reclaim`, docs/reclaim.md): the gang's tenant waits within its own "
-        "quota, and gangs of tenants running on quota it lent are being evicted for it; it "
-        "starts in a later window once they are gone. Or: the gang's tenant borrows, and a "
-        "tenant within its quota takes that quota back before the gang starts.",
-        "waiting: reclaim: tenant team-a takes back its quota; gangs team-b/train on borrowed "
-        "quota are evicted and it starts when they are gone; 0 gangs ahead",
-        "Nothing; a borrowing tenant's gang starts when quota is idle again.",
+        "Reclaim (`solver.reclaim`, docs/reclaim.md). The gang's tenant borrows, and a tenant "
+        "waiting within its own quota takes that quota back before the gang starts; or the "
+        "gang was to start in GPUs freed by evicting another tenant's borrowed gang, and an "
+        "eviction was refused (a PodDisruptionBudget): it is planned again next window.",
+        "waiting: reclaim: tenant team-a takes back its quota, lent to tenant team-b, for gang "
+        "team-a/train; 0 gangs ahead",
+        "Nothing; a borrowing tenant's gang starts when quota is idle again, a refused "
+        "eviction is retried every window.",
     ),
     Reason(
         "Deferred", True, "Normal", "explain.py",
