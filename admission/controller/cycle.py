@@ -159,8 +159,8 @@ class Cycle:
         # 4b. Reclaim: the gangs the plan takes back, evicted whole (never on the fast path).
         if plan.evictions:
             with self._phase(report, "reclaim"):
-                if fast or self.evictor is None:
-                    plan = replace(plan, evictions=())
+                if fast or self.evictor is None:  # no evictions: nor the gangs they were for
+                    plan = replace(_without_unfreed(plan, []), evictions=())
                 else:
                     report.evictions = self.evictor.evict_all(plan.evictions, self.still_leader)
                     plan = _without_unfreed(plan, report.evictions)

@@ -208,3 +208,17 @@ def test_pods_berth_did_not_place_are_never_victims() -> None:
     assert all(r.gang is None for r in built.snapshot.running)
     ctl.run_cycle()
     assert api.evictions == []
+
+
+def test_without_an_evictor_the_gang_it_was_for_is_not_released() -> None:
+    """A plan whose evictions are not carried out (the fast path, a controller without an
+    evictor) releases no gang onto GPUs the victims still hold."""
+    api, clock = FakeApi(), FakeClock()
+    ctl = borrowed(api, clock)
+    ctl.cycle.evictor = None
+    clock.advance(600)
+    api.add_pod(pod("a1-0", gang="a1", size=1, gpus=4, created=clock()))
+    ctl.relist()
+    report = ctl.run_cycle()
+    assert api.evictions == [] and report.admitted == 1  # the plan admitted it ...
+    assert gates(api, "team-a/a1-0") == ["berth.dev/admission"]  # ... it was not released
