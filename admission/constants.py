@@ -93,6 +93,13 @@ ASSIGNMENT_ANNOTATIONS: Final = (
     ANNOTATION_PLAN,
 )
 
+# Kubernetes' pod condition announcing a disruption (eviction, preemption); Berth sets it with
+# REASON_RECLAIM before it evicts a gang for reclaim (docs/reclaim.md)
+CONDITION_DISRUPTION_TARGET: Final = "DisruptionTarget"
+REASON_RECLAIM: Final = "BerthReclaim"
+# The Event reason on each pod Berth evicts for reclaim (read by berth status)
+EVENT_RECLAIMED: Final = "Reclaimed"
+
 # --------------------------------------------------------------------------------------------
 # Downward-API env vars the webhook adds to each GPU container: env name -> field path.
 # Kubelet resolves them at container start, after the release wrote the annotations.

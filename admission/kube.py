@@ -169,6 +169,14 @@ class KubeApi:
                      {"status": {"conditions": [condition]}}, _content_type=STRATEGIC_MERGE,
                      _request_timeout=self.timeout)
 
+    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> None:
+        body: Json = {"apiVersion": "policy/v1", "kind": "Eviction",
+                      "metadata": {"name": name, "namespace": namespace}}
+        if dry_run:
+            body["deleteOptions"] = {"dryRun": ["All"]}
+        _call(self.core.create_namespaced_pod_eviction, name, namespace, body,
+              _request_timeout=self.timeout)
+
     # ------------------------------------------------------------------ events, leases, CRs
     def create_event(self, namespace: str, event: Json) -> None:
         _call(self.core.create_namespaced_event, namespace, event, _request_timeout=self.timeout)

@@ -6,7 +6,9 @@ floor, the checker (passed in from here: the solvers do not import it) judges wh
 returns, and every deferred gang gets a reason. Large clusters or windows are split into
 sub-problems solved in parallel (:mod:`solver.partition`). Gangs that cannot fit now get
 capacity reserved for their earliest expected start, and gangs known to end before it backfill
-it (:mod:`solver.reserve`), when running pods' expected ends are known.
+it (:mod:`solver.reserve`), when running pods' expected ends are known. A tenant waiting within
+its own quota takes GPUs back from tenants on borrowed quota (:mod:`solver.reclaim`): whole
+gangs, evicted by the plan.
 
 Deterministic for a fixed seed and worker count: CP-SAT runs under a deterministic time budget
 sized from the time limit alone; the wall-clock limit only guards against a slow machine
@@ -25,6 +27,7 @@ from solver.cpsat.reasons import deferrals
 from solver.cpsat.solve import solve_cpsat
 from solver.names import SolverName
 from solver.plan import Plan, SolveStats
+from solver.reclaim import plan_reclaim
 from solver.reserve import solve_with_reservations
 from solver.types import Snapshot
 
@@ -68,4 +71,4 @@ def solve(
                                                processes=processes)
         return solve_cpsat(snap, time_limit=limit, seed=seed, workers=workers, judge=check)
 
-    return solve_with_reservations(snapshot, time_limit, window)
+    return plan_reclaim(snapshot, solve_with_reservations(snapshot, time_limit, window))

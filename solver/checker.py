@@ -25,6 +25,16 @@ Rules (each a :class:`Kind`):
 - ``topology``: a gang with a *required* topology spans more than one domain of its level
   (see :func:`solver.rules.topology_domain`).
 - ``quota``: the tenant rule of :func:`solver.rules.quota_problems`.
+- ``reclaim``: an eviction (:attr:`solver.plan.Plan.evictions`) the reclaim rule does not
+  allow: reclaim off or more gangs than ``policy.reclaim.max_gangs``; a gang not running, not
+  placed by Berth, evicted twice or not whole (every running pod of the gang, no other); a
+  gang that has not run ``policy.reclaim.min_run_s`` (a pod not started counts as not run);
+  a victim of the reclaiming tenant itself, or of a tenant not over its quota before its last
+  eviction (usage after the plan, less every gang evicted from it but the largest, must
+  exceed its quota: some order takes each gang while its tenant still borrows); a reclaiming
+  gang that is not pending, is not admitted by the same plan, or takes its tenant over its
+  own quota (usage after the plan). The plan's admissions are judged (capacity, quota,
+  interference) on what runs once the evicted pods are gone.
 - ``interference``: pods share a GPU although a QoS class forbids it
   (:attr:`QoSProfile.exclusive`, :attr:`QoSProfile.no_share_with`, in either direction), or a
   latency-sensitive pod's predicted latency there exceeds its SLO
@@ -34,12 +44,18 @@ Rules (each a :class:`Kind`):
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from solver.eligibility import why_not
 from solver.plan import GangPlacement, Plan
-from solver.rules import gpu_memory_demand, plan_quota_problems, sharing_problem, topology_domain
+from solver.rules import (
+    gpu_memory_demand,
+    plan_quota_problems,
+    quota_usage_milli,
+    sharing_problem,
+    topology_domain,
+)
 from solver.state import FreeState, node_free
 from solver.types import GPU, MILLI, Gang, GpuShare, Node, PodRequest, Snapshot, TopologyMode
 
@@ -54,6 +70,7 @@ class Kind(StrEnum):
     CAPACITY = "capacity"
     TOPOLOGY = "topology"
     QUOTA = "quota"
+    RECLAIM = "reclaim"
     INTERFERENCE = "interference"
 
 
@@ -87,8 +104,15 @@ def quota_violations(snapshot: Snapshot, plan: Plan) -> list[Violation]:
 
 
 def check(snapshot: Snapshot, plan: Plan) -> list[Violation]:
-    """Every hard rule ``plan`` breaks on ``snapshot``; an empty list means feasible."""
+    """Every hard rule ``plan`` breaks on ``snapshot``; an empty list means feasible. A plan
+    with evictions is judged as a whole: the evictions by the reclaim rule on ``snapshot``,
+    the admissions on what runs once the evicted pods are gone."""
     out: list[Violation] = []
+    if plan.evictions:
+        out += _eviction_violations(snapshot, plan, {g.name: g for g in snapshot.gangs})
+        gone = {p for e in plan.evictions for p in e.pods}
+        snapshot = replace(snapshot, running=tuple(r for r in snapshot.running
+                                                    if r.name not in gone))
     nodes = {n.name: n for n in snapshot.nodes}
     gangs = {g.name: g for g in snapshot.gangs}
     out += _gang_violations(plan, gangs)
@@ -314,4 +338,83 @@ def _interference_violations(
         if why is not None:
             out.append(Violation(Kind.INTERFERENCE, f"node {key[0]} GPU {key[1]} holds classes "
                                  f"{sorted(str(c) for c in on_gpu[key])}: {why}"))
+    return out
+
+
+def _eviction_violations(snapshot: Snapshot, plan: Plan,
+                         gangs: dict[str, Gang]) -> list[Violation]:
+    rules = snapshot.policy.reclaim
+    out: list[Violation] = []
+
+    def bad(message: str, gang: str | None = None) -> None:
+        out.append(Violation(Kind.RECLAIM, message, gang))
+
+    if not rules.enabled:
+        bad(f"the plan evicts {len(plan.evictions)} gang(s) but reclaim is off")
+    if len(plan.evictions) > rules.max_gangs:
+        bad(f"the plan evicts {len(plan.evictions)} gangs, more than "
+            f"policy.reclaim.max_gangs ({rules.max_gangs})")
+    pods_of: dict[str, list[str]] = defaultdict(list)
+    tenant_of: dict[str, set[str | None]] = defaultdict(set)
+    run_of: dict[str, list[float | None]] = defaultdict(list)
+    milli_of: dict[str, int] = defaultdict(int)
+    for r in snapshot.running:
+        if r.gang is not None:
+            pods_of[r.gang].append(r.name)
+            tenant_of[r.gang].add(r.tenant)
+            run_of[r.gang].append(r.run_s)
+            milli_of[r.gang] += sum(s.milli for s in r.gpus)
+    quotas = {t.name: t.quota_milli for t in snapshot.tenants}
+    used = quota_usage_milli(snapshot, plan)
+    admitted = plan.admitted_names
+    seen: set[str] = set()
+    evicted: dict[str, list[int]] = defaultdict(list)  # victim tenant -> milli of each gang
+    wants: dict[str, set[str]] = defaultdict(set)  # reclaiming tenant -> its gangs
+    for e in plan.evictions:
+        g = e.gang
+        if g in seen:
+            bad(f"gang {g} is evicted twice", g)
+            continue
+        seen.add(g)
+        if g not in pods_of:
+            bad(f"evicted gang {g} is not a running gang Berth placed", g)
+            continue
+        if tenant_of[g] != {e.tenant}:
+            bad(f"evicted gang {g} is of tenant(s) "
+                f"{', '.join(sorted(str(t) for t in tenant_of[g]))}, not {e.tenant}", g)
+            continue
+        if sorted(e.pods) != sorted(pods_of[g]):
+            bad(f"gang {g} is evicted with pods {', '.join(sorted(e.pods))} but runs pods "
+                f"{', '.join(sorted(pods_of[g]))} (whole gangs or nothing)", g)
+        runs = run_of[g]
+        if any(x is None or x < rules.min_run_s for x in runs):
+            shortest = min((x for x in runs if x is not None), default=None)
+            ran = "a pod has not started" if None in runs else f"it has run {shortest:g} s"
+            bad(f"gang {g} is evicted before policy.reclaim.min_run_s "
+                f"({rules.min_run_s:g} s): {ran}", g)
+        if e.tenant == e.for_tenant:
+            bad(f"gang {g} is evicted for a gang of its own tenant {e.tenant}", g)
+        want = gangs.get(e.for_gang)
+        if want is None or want.tenant != e.for_tenant:
+            bad(f"gang {g} is evicted for {e.for_gang} of tenant {e.for_tenant}, which is not "
+                "a pending gang of that tenant", g)
+        elif e.for_gang not in admitted:
+            bad(f"gang {g} is evicted for {e.for_gang}, which the plan does not admit (an "
+                "eviction must make room for a gang placed by the same plan)", g)
+        else:
+            wants[e.for_tenant].add(e.for_gang)
+        evicted[e.tenant].append(milli_of[g])
+    for tenant, sizes in sorted(evicted.items()):
+        quota = quotas.get(tenant)
+        before_last = used.get(tenant, 0) - (sum(sizes) - max(sizes))
+        if quota is None or before_last <= quota:
+            bad(f"tenant {tenant} loses {len(sizes)} gang(s) to reclaim but uses "
+                f"{before_last} milli-GPU before its last eviction, not over its quota of "
+                f"{quota} (only borrowed quota is reclaimed)")
+    for tenant, names in sorted(wants.items()):
+        quota = quotas.get(tenant)
+        total = used.get(tenant, 0)  # the plan admits its gangs: they are counted
+        if quota is None or total > quota:
+            bad(f"tenant {tenant} reclaims for gangs {', '.join(sorted(names))} but would use "
+                f"{total} milli-GPU with them, over its own quota of {quota}")
     return out

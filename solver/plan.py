@@ -40,6 +40,19 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class Eviction:
+    """A running gang of ``tenant`` (on borrowed quota) to evict whole, every pod of ``pods``,
+    so that ``for_gang`` of ``for_tenant`` can start within its own quota once they are gone
+    (solver/reclaim.py)."""
+
+    gang: str
+    tenant: str
+    pods: tuple[str, ...]
+    for_gang: str
+    for_tenant: str
+
+
+@dataclass(frozen=True, slots=True)
 class SolveStats:
     """How the plan was found. ``status`` is CP-SAT's (OPTIMAL, FEASIBLE, ...) or ``GREEDY``."""
 
@@ -58,6 +71,7 @@ class Plan:
     deferred: tuple[Deferred, ...]
     stats: SolveStats
     reservations: tuple[Reservation, ...] = ()
+    evictions: tuple[Eviction, ...] = ()
 
     def placement(self, gang: str) -> GangPlacement | None:
         for g in self.admitted:

@@ -29,6 +29,7 @@ from solver.types import (
     PodRequest,
     ProblemError,
     QoSProfile,
+    Reclaim,
     Reservations,
     Running,
     Snapshot,
@@ -291,7 +292,7 @@ GPU_GROUP_FIELDS = ("count", "model", "memory_mib", "nvlink_size")
 MIG_FIELDS = ("profile", "milli", "memory_mib", "used")
 TAINT_FIELDS = ("key", "value", "effect")
 RUNNING_FIELDS = ("name", "node", "cpu_milli", "memory_mib", "gpus", "tenant", "qos_class",
-                  "remaining_s")
+                  "remaining_s", "gang", "priority", "run_s")
 SHARE_FIELDS = ("index", "milli")
 TENANT_FIELDS = ("name", "quota_milli", "weight", "can_borrow", "borrow_limit_milli")
 GANG_FIELDS = ("name", "tenant", "pods", "priority", "wait_seconds", "topology", "runtime_s")
@@ -302,8 +303,9 @@ POD_FIELDS = ("name", "replicas", "cpu_milli", "memory_mib", "gpu_count", "gpu_m
 REQ_FIELDS = ("key", "operator", "values")
 TOLERATION_FIELDS = ("key", "operator", "value", "effect")
 POLICY_FIELDS = ("weights", "topology_levels", "qos_classes", "idle_watts", "active_watts",
-                 "typical_pods", "reservations")
+                 "typical_pods", "reservations", "reclaim")
 RESERVATION_FIELDS = ("max_gangs", "after_s", "horizon_s")
+RECLAIM_FIELDS = ("enabled", "min_run_s", "max_gangs")
 WEIGHT_FIELDS = ("demand", "aging_per_hour", "fragmentation", "topology", "fairness", "energy",
                  "interference")
 QOS_FIELDS = ("name", "sm", "membw", "memory_mib", "latency_sensitive", "solo_latency_ms",
@@ -438,7 +440,9 @@ def _running(r: _Reader, value: object, nodes: dict[str, Node],
             shares.append(GpuShare(index, milli))
         run = r.build(p, Running, name or "?", node or "?", r.integer(d, "cpu_milli", p),
                       r.integer(d, "memory_mib", p), tuple(shares), r.opt_str(d, "tenant", p),
-                      r.opt_str(d, "qos_class", p), r.opt_float(d, "remaining_s", p))
+                      r.opt_str(d, "qos_class", p), r.opt_float(d, "remaining_s", p),
+                      r.opt_str(d, "gang", p), r.integer(d, "priority", p, lo=None),
+                      r.opt_float(d, "run_s", p))
         if run is not None and known is not None:
             out.append(run)
     return tuple(out)
@@ -655,10 +659,18 @@ def parse_policy(r: _Reader, value: object, path: str = "policy") -> SolverPolic
                                    r.number(rd, "after_s", rp, default=300.0, lo=0.0),
                                    r.number(rd, "horizon_s", rp, default=21600.0, lo=0.0)
                                    ) or reservations
+    reclaim = Reclaim()
+    if d.get("reclaim") is not None:
+        cp = f"{path}.reclaim"
+        cd = r.obj(d["reclaim"], cp, RECLAIM_FIELDS)
+        if cd is not None:
+            reclaim = r.build(cp, Reclaim, r.flag(cd, "enabled", cp, default=False),
+                              r.number(cd, "min_run_s", cp, default=300.0, lo=0.0),
+                              r.integer(cd, "max_gangs", cp, default=4, hi=1024)) or reclaim
     return SolverPolicy(weights, levels, tuple(classes),
                         r.num_map(d, "idle_watts", path, hi=MAX_WATTS),
                         r.num_map(d, "active_watts", path, hi=MAX_WATTS), tuple(typical),
-                        reservations)
+                        reservations, reclaim)
 
 
 def parse_snapshot(data: object) -> Snapshot:
@@ -706,6 +718,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             for g in plan.admitted
         ],
         "deferred": [{"gang": d.gang, "reason": d.reason} for d in plan.deferred],
+        "evictions": [{"gang": e.gang, "tenant": e.tenant, "pods": list(e.pods),
+                       "for_gang": e.for_gang, "for_tenant": e.for_tenant}
+                      for e in plan.evictions],
         "stats": {"solver": s.solver, "status": s.status, "wall_seconds": s.wall_seconds,
                   "objective": s.objective, "bound": s.bound, "fallback": s.fallback,
                   "detail": dict(sorted(s.detail.items()))},
@@ -753,7 +768,10 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
             {"name": r.name, "node": r.node, "cpu_milli": r.cpu_milli,
              "memory_mib": r.memory_mib, "tenant": r.tenant, "qos_class": r.qos_class,
              "gpus": [{"index": x.index, "milli": x.milli} for x in r.gpus],
-             **({} if r.remaining_s is None else {"remaining_s": r.remaining_s})}
+             **({} if r.remaining_s is None else {"remaining_s": r.remaining_s}),
+             **({} if r.gang is None else {"gang": r.gang}),
+             **({} if r.priority == 0 else {"priority": r.priority}),
+             **({} if r.run_s is None else {"run_s": r.run_s})}
             for r in s.running
         ],
         "tenants": [
@@ -790,5 +808,7 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
             "reservations": {"max_gangs": pol.reservations.max_gangs,
                              "after_s": pol.reservations.after_s,
                              "horizon_s": pol.reservations.horizon_s},
+            "reclaim": {"enabled": pol.reclaim.enabled, "min_run_s": pol.reclaim.min_run_s,
+                        "max_gangs": pol.reclaim.max_gangs},
         },
     }

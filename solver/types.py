@@ -183,14 +183,26 @@ class Running:
     gpus: tuple[GpuShare, ...] = ()
     tenant: str | None = None
     qos_class: str | None = None
-    # seconds until it is expected to end (None: unknown); what reservations plan with
+    # seconds until it is expected to end (None: unknown); what reservations plan with.
+    # 0: it is leaving now (being deleted or evicted): reclaim counts its capacity as freed
     remaining_s: float | None = None
+    # the gang Berth placed it with (None: not a gang Berth placed, never reclaimed), its
+    # priority, and how long it has run (None: not started): what reclaim chooses victims by
+    # (solver/reclaim.py)
+    gang: str | None = None
+    priority: int = 0
+    run_s: float | None = None
 
     def __post_init__(self) -> None:
         _amount(self.cpu_milli, MAX_CPU_MILLI, f"running[{self.name}].cpu_milli")
         _amount(self.memory_mib, MAX_MEMORY_MIB, f"running[{self.name}].memory_mib")
         if self.remaining_s is not None:
             _amount(self.remaining_s, MAX_WAIT_SECONDS, f"running[{self.name}].remaining_s")
+        _within(self.priority, -MAX_PRIORITY, MAX_PRIORITY, f"running[{self.name}].priority")
+        if self.run_s is not None:
+            _amount(self.run_s, MAX_WAIT_SECONDS, f"running[{self.name}].run_s")
+        if self.gang is not None:
+            _require(bool(self.gang), f"running[{self.name}].gang", "must not be empty")
 
 
 class TopologyMode(StrEnum):
@@ -456,6 +468,21 @@ class Reservations:
 
 
 @dataclass(frozen=True, slots=True)
+class Reclaim:
+    """When a tenant waiting within its own quota takes GPUs back from tenants running on
+    borrowed quota (solver/reclaim.py): only if ``enabled``, only gangs that have run at least
+    ``min_run_s``, at most ``max_gangs`` evicted per window."""
+
+    enabled: bool = False
+    min_run_s: float = 300.0
+    max_gangs: int = 4
+
+    def __post_init__(self) -> None:
+        _amount(self.min_run_s, MAX_WAIT_SECONDS, "policy.reclaim.min_run_s")
+        _within(self.max_gangs, 0, 1024, "policy.reclaim.max_gangs")
+
+
+@dataclass(frozen=True, slots=True)
 class SolverPolicy:
     """The knobs of the policy YAML that the solver reads."""
 
@@ -467,6 +494,7 @@ class SolverPolicy:
     # the target workload of the fragmentation measure; empty: derived from the snapshot's pods
     typical_pods: tuple[TypicalPod, ...] = ()
     reservations: Reservations = field(default_factory=Reservations)
+    reclaim: Reclaim = field(default_factory=Reclaim)
 
     def __post_init__(self) -> None:
         for kind, watts in (("idle_watts", self.idle_watts), ("active_watts", self.active_watts)):

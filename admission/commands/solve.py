@@ -161,6 +161,15 @@ def _print_table(snapshot: Any, data: dict[str, Any]) -> None:
     for d in data["deferred"]:
         deferred.add_row(d["gang"], tenants.get(d["gang"], ""), d["reason"])
     console.print(deferred)
+    if data["evictions"]:
+        evicted = Table(title=f"Evicted gangs, reclaimed ({len(data['evictions'])})",
+                        title_justify="left")
+        for col in ("gang", "tenant", "pods", "for gang", "of tenant"):
+            evicted.add_column(col)
+        for e in data["evictions"]:
+            evicted.add_row(e["gang"], e["tenant"], ", ".join(e["pods"]), e["for_gang"],
+                            e["for_tenant"])
+        console.print(evicted)
     s = data["stats"]
     stats = Table(title="Solver", title_justify="left", show_header=False)
     stats.add_column("what")

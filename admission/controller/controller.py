@@ -25,6 +25,7 @@ from admission.controller.explain import Explainer
 from admission.controller.inventory import Inventory
 from admission.controller.leader import LeaseElector
 from admission.controller.metrics import Metrics
+from admission.controller.reclaim import Evictor
 from admission.controller.release import Releaser
 from admission.controller.settings import Settings
 from admission.controller.solving import WorkerSolver
@@ -71,8 +72,10 @@ class Controller:
                                    writers=settings.release_writers,
                                    forget=self.inventory.forget_pod)
         self.leader_required = False  # set by start(): only a running replica needs the Lease
+        self.evictor = Evictor(api=api, clock=clock, metrics=self.metrics, identity=identity,
+                               pod=self.inventory.pod)
         self.cycle = Cycle(inventory=self.inventory, settings=settings, releaser=self.releaser,
-                           explainer=self.explainer, solve=solve,
+                           explainer=self.explainer, evictor=self.evictor, solve=solve,
                            fast_solve=fast_solve or greedy_solver(), clock=clock,
                            metrics=self.metrics, still_leader=self._may_write)
         self.elector = LeaseElector(api=api, namespace=namespace, name=lease_name,

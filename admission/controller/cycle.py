@@ -5,6 +5,9 @@
     2. timeouts   report gangs whose pods never all arrived
     3. solve      in a worker process, with a time limit
     4. check      the one feasibility checker judges the plan; a refused plan releases nothing
+                  and evicts nothing
+    4b. reclaim   evict the gangs the plan reclaims, whole, through the Eviction API (batch
+                  cycle only; :mod:`.reclaim`)
     5. release    write placements, then open the gates, per gang (gangs side by side)
     6. requeue    tell every pod left waiting why (and every released pod its scheduler has not
                   bound), and publish the queue per tenant
@@ -35,12 +38,13 @@ from admission.controller import translate as tr
 from admission.controller.explain import Explainer, Why, reasons
 from admission.controller.inventory import Inventory
 from admission.controller.metrics import Metrics
+from admission.controller.reclaim import EvictionResult, Evictor
 from admission.controller.release import Releaser, ReleaseResult
 from admission.controller.settings import Settings
 from admission.controller.snapshot import Built, GangInfo, GangState, Memo, build
 from admission.controller.unbound import not_bound
 from solver.checker import check
-from solver.plan import Plan
+from solver.plan import Deferred, Plan
 from solver.types import MILLI, Snapshot
 
 log = logging.getLogger(__name__)
@@ -61,6 +65,7 @@ class CycleReport:
     why: dict[str, Why] = field(default_factory=dict)
     solver_status: str = ""
     violations: list[str] = field(default_factory=list)
+    evictions: list[EvictionResult] = field(default_factory=list)
 
     def summary(self) -> str:
         phases = " ".join(f"{k}={v * 1000:.0f}ms" for k, v in self.phases.items())
@@ -73,12 +78,14 @@ class CycleReport:
 class Cycle:
     def __init__(self, *, inventory: Inventory, settings: Settings, releaser: Releaser,
                  explainer: Explainer, solve: Solve, fast_solve: Solve | None = None,
+                 evictor: Evictor | None = None,
                  clock: Callable[[], datetime], metrics: Metrics,
                  still_leader: Callable[[], bool] = lambda: True) -> None:
         self.inventory = inventory
         self.settings = settings
         self.releaser = releaser
         self.explainer = explainer
+        self.evictor = evictor
         self.solve = solve
         self.fast_solve = fast_solve or solve
         self.clock = clock
@@ -138,7 +145,7 @@ class Cycle:
 
         # 4. Check: never release a plan the checker refuses.
         with self._phase(report, "check"):
-            violations = check(built.snapshot, plan) if plan.admitted else []
+            violations = check(built.snapshot, plan) if plan.admitted or plan.evictions else []
             report.violations = [str(v) for v in violations]
             rejected = None
             if violations:
@@ -146,8 +153,17 @@ class Cycle:
                 log.error("cycle %d: plan refused by the checker: %s", self.number,
                           "; ".join(report.violations[:5]))
                 rejected = "the plan failed the feasibility check; retrying next window"
-                plan = replace(plan, admitted=())
+                plan = replace(plan, admitted=(), evictions=())
             report.admitted = len(plan.admitted)
+
+        # 4b. Reclaim: the gangs the plan takes back, evicted whole (never on the fast path).
+        if plan.evictions:
+            with self._phase(report, "reclaim"):
+                if fast or self.evictor is None:  # no evictions: nor the gangs they were for
+                    plan = replace(_without_unfreed(plan, []), evictions=())
+                else:
+                    report.evictions = self.evictor.evict_all(plan.evictions, self.still_leader)
+                    plan = _without_unfreed(plan, report.evictions)
 
         # 5. Release: placements first, gates only once every pod of a gang carries its plan.
         with self._phase(report, "release"):
@@ -282,6 +298,23 @@ class Cycle:
             self.metrics.pending_gangs.labels(tenant, state).set(n)
         for tenant, m in milli.items():
             self.metrics.pending_gpus.labels(tenant).set(m / MILLI)
+
+
+def _without_unfreed(plan: Plan, results: list[EvictionResult]) -> Plan:
+    """``plan`` less the gangs reclaim made room for whose evictions were not all carried out
+    (a PodDisruptionBudget, a lost lease): they would be released onto GPUs still held."""
+    done = {r.gang for r in results if r.complete}
+    unfreed = {e.for_gang for e in plan.evictions if e.gang not in done}
+    if not unfreed:
+        return plan
+    refused = {e.for_gang: r.refused for e in plan.evictions for r in results
+               if r.gang == e.gang and r.refused}
+    deferred = [*plan.deferred, *(
+        Deferred(g, f"reclaim: an eviction to make room for it was not carried out "
+                    f"({refused.get(g) or 'not attempted'}); planned again next window")
+        for g in sorted(unfreed))]
+    return replace(plan, admitted=tuple(gp for gp in plan.admitted if gp.gang not in unfreed),
+                   deferred=tuple(deferred))
 
 
 def _told_to_wait(pod: tr.Obj) -> bool:

@@ -70,6 +70,7 @@ def _broken(g: GangInfo) -> Why:
 
 #: The start of the solver's reason for a gang capacity is held for (solver/reserve.py).
 RESERVED = "reserved: "
+RECLAIM = "reclaim: "  # solver/reclaim.py's deferrals
 
 
 def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
@@ -107,6 +108,8 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
             reserved = deferred.get(g.key, "")
             if reserved.startswith(RESERVED):
                 out[g.key] = Why("Reserved", f"waiting: {reserved}{tail}")
+            elif reserved.startswith(RECLAIM):
+                out[g.key] = Why("Reclaim", f"waiting: {reserved}{tail}")
             elif quota is not None:
                 out[g.key] = Why("Quota", f"waiting: {quota}{tail}")
             else:

@@ -34,6 +34,14 @@ class Metrics:
                                   "for (docs/reservations.md)", registry=r)
         self.backfilled = Counter("berth_backfilled_gangs", "Gangs placed by the backfill solve: "
                                   "known to end before a reserved start", registry=r)
+        self.reclaimed_gangs = Counter(
+            "berth_reclaimed_gangs", "Gangs evicted whole for a tenant reclaiming its quota "
+            "(tenant: the one that reclaims; victim_tenant: the one that borrowed; "
+            "docs/reclaim.md)", ["tenant", "victim_tenant"], registry=r)
+        self.reclaim_refused = Counter(
+            "berth_reclaim_refused", "Planned reclaims not carried out (a PodDisruptionBudget "
+            "or another refusal of the Eviction API; the gang keeps running)",
+            ["tenant", "victim_tenant"], registry=r)
         self.release_latency = Histogram(
             "berth_release_latency_seconds", "Time from pod creation to Berth's release",
             ["tenant", "qos_class", "path"], buckets=LATENCY_BUCKETS, registry=r)

@@ -114,6 +114,17 @@ REASONS: Final[tuple[Reason, ...]] = (
         "with an `activeDeadlineSeconds` of their own may backfill the held capacity.",
     ),
     Reason(
+        "Reclaim", True, "Normal", "explain.py",
+        "Reclaim (`solver.reclaim`, docs/reclaim.md). The gang's tenant borrows, and a tenant "
+        "waiting within its own quota takes that quota back before the gang starts; or the "
+        "gang was to start in GPUs freed by evicting another tenant's borrowed gang, and an "
+        "eviction was refused (a PodDisruptionBudget): it is planned again next window.",
+        "waiting: reclaim: tenant team-a takes back its quota, lent to tenant team-b, for gang "
+        "team-a/train; 0 gangs ahead",
+        "Nothing; a borrowing tenant's gang starts when quota is idle again, a refused "
+        "eviction is retried every window.",
+    ),
+    Reason(
         "Deferred", True, "Normal", "explain.py",
         "Quota allows the gang but this window's plan did not place it. The message is the "
         "solver's reason (solver/cpsat/reasons.py), the most fundamental first: `no node with "

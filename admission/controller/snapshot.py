@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from admission import constants as c
 from admission.controller import demand, trust
@@ -328,6 +329,11 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
             taken[node.name][s.index] += s.milli
         if now is not None and (left := tr.remaining_s(pod, now)) is not None:
             r = replace(r, remaining_s=left)
+        if now is not None and leaving(pod):
+            r = replace(r, remaining_s=0.0)  # going: reclaim counts what it holds as freed
+        if (now is not None and tenant is not None and planned is not None
+                and planned[0] == node_name and tr.spec(pod).get("nodeName")):
+            r = replace(r, **reclaim_view(pod, settings, tenant, now))
         out.append(r)
     for key in sorted(set(dra.claims) - counted):  # claims no pod in the view holds
         found = dra.claim_shares(key)
@@ -339,6 +345,32 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
         for s in found[1]:
             taken[found[0]][s.index] += s.milli
     return out
+
+
+def leaving(pod: Obj) -> bool:
+    """The pod is on its way out: being deleted, or a disruption (an eviction, a preemption)
+    has been announced on it (condition ``DisruptionTarget`` True). (The inventory drops a pod
+    being deleted altogether, :meth:`.Inventory.pod_matters`; what is left here is a pod whose
+    eviction was announced and not yet carried out.)"""
+    if tr.meta(pod).get("deletionTimestamp"):
+        return True
+    return any(cond.get("type") == c.CONDITION_DISRUPTION_TARGET and cond.get("status") == "True"
+               for cond in (pod.get("status") or {}).get("conditions") or [])
+
+
+def reclaim_view(pod: Obj, settings: Settings, tenant: str, now: datetime) -> dict[str, Any]:
+    """What reclaim chooses victims by (:attr:`solver.types.Running.gang`, ``priority``,
+    ``run_s``), for a pod Berth placed (its plan believed) and that is bound where Berth put
+    it. Each is read from what the tenant cannot change once the pod exists: the gang and the
+    priority from Berth's keys (protected after CREATE: config/base/pod-keys-policy.yaml; the
+    priority held to the tenant's bound) or the immutable ``spec.priority``; the run time from
+    Berth's own ``berth.dev/assigned-at`` (when it released the pod), never from the pod's
+    status."""
+    released = tr.parse_time(tr.annotations_of(pod).get(c.ANNOTATION_ASSIGNED_AT))
+    run = None if released is None else min(MAX_WAIT_SECONDS,
+                                            max(0.0, (now - released).total_seconds()))
+    return {"gang": tr.gang_name(pod), "priority": trust.priority_of(pod, settings, tenant),
+            "run_s": run}
 
 
 def _claims_held(pod: Obj, dra: DraState,

@@ -272,10 +272,18 @@ class Reservations(_Model):
                                             allow_inf_nan=False)] = 21600.0
 
 
+class Reclaim(_Model):
+    enabled: bool = False
+    min_runtime_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS,
+                                                allow_inf_nan=False)] = 300.0
+    max_gangs_per_window: Annotated[int, Field(ge=0, le=1024)] = 4
+
+
 class SolverSettings(_Model):
     time_limit_seconds: Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] = 5.0
     weights: ObjectiveWeights = ObjectiveWeights()
     reservations: Reservations = Reservations()
+    reclaim: Reclaim = Reclaim()
 
 
 class Release(_Model):

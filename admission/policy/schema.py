@@ -159,6 +159,15 @@ FIELD_DOCS: dict[str, str] = {
     "off.",
     "Reservations.afterSeconds": "A gang gets a reservation only after waiting this long.",
     "Reservations.horizonSeconds": "How far ahead a reserved start may lie.",
+    "SolverSettings.reclaim": "A tenant whose waiting gang fits within its own quota takes "
+    "GPUs back from tenants running on borrowed quota: whole gangs evicted through the "
+    "Eviction API (PDBs respected), lowest priority first, then least run time lost "
+    "(docs/reclaim.md).",
+    "Reclaim.enabled": "Evict borrowed gangs for tenants waiting within their quota; off: "
+    "quota lent stays lent until the borrower's pods end.",
+    "Reclaim.minRuntimeSeconds": "A running gang is never reclaimed before every pod of it has "
+    "run this long.",
+    "Reclaim.maxGangsPerWindow": "Most gangs evicted per batch window; 0 evicts none.",
     "ObjectiveWeights.demand": "Admitted priority-weighted GPU demand (the term the others "
     "are traded against).",
     "ObjectiveWeights.agingPerHour": "Priority a waiting gang gains per hour waited.",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from admission import constants as c
 from admission.policy.model import Policy, QoSClass
 from admission.policy.model import Tenant as PolicyTenant
-from solver.types import QoSProfile, Reservations, SolverPolicy, Tenant, Weights
+from solver.types import QoSProfile, Reclaim, Reservations, SolverPolicy, Tenant, Weights
 
 
 def _milli(gpus: float | None) -> int | None:
@@ -48,6 +48,7 @@ def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
     """Map the policy to the solver's knobs and tenants."""
     w = policy.solver.weights
     r = policy.solver.reservations
+    rc = policy.solver.reclaim
     solver_policy = SolverPolicy(
         weights=Weights(
             demand=w.demand,
@@ -62,6 +63,8 @@ def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
         topology_levels=tuple(level.name for level in policy.topology.levels),
         reservations=Reservations(max_gangs=r.max_gangs, after_s=r.after_seconds,
                                   horizon_s=r.horizon_seconds),
+        reclaim=Reclaim(enabled=rc.enabled, min_run_s=rc.min_runtime_seconds,
+                        max_gangs=rc.max_gangs_per_window),
         qos_classes=tuple(solver_qos(q) for q in policy.qos_classes),
         # the same GPU published through DRA is <model>@dra to the solver (docs/dra.md)
         idle_watts={name: m.idle_watts for m in policy.gpu_models for name in _names(m.name)},

@@ -1,10 +1,9 @@
-"""Names ``berth status`` reads that the controller does not write yet.
+"""Names ``berth status`` reads.
 
-Reservations (where and when a gang that cannot fit starts earliest) and reclaims (a tenant
-within its quota taking GPUs back from tenants on borrowed quota) are designed
-(``DESIGN.md``, "Time") but not built. The status reads them when they appear, under these
-names, and shows nothing when none exist; when the controller writes them, the names move to
-:mod:`admission.constants` and :mod:`admission.controller.keys` and this module imports them.
+Reservations (where and when a gang that cannot fit starts earliest) were designed before the
+controller wrote them, under these names; the status shows nothing when none exist. Reclaims
+(a tenant within its quota taking GPUs back from tenants on borrowed quota, docs/reclaim.md)
+are written by the controller: their Event reason is :data:`admission.constants.EVENT_RECLAIMED`.
 """
 
 from __future__ import annotations
@@ -18,8 +17,8 @@ from admission.controller import keys
 ANNOTATION_RESERVATION: Final = f"{c.DOMAIN}/reservation"
 # The Waiting condition's or an Event's reason for a gang that holds a reservation.
 REASON_RESERVED: Final = "Reserved"
-# An Event's reason on a pod Berth evicted to give a tenant back its quota.
-REASON_RECLAIMED: Final = "Reclaimed"
+# An Event's reason on a pod Berth evicted to give a tenant back its quota (the controller's).
+REASON_RECLAIMED: Final = c.EVENT_RECLAIMED
 
 CONDITION_WAITING: Final = keys.CONDITION_WAITING
 EVENT_COMPONENT: Final = keys.EVENT_COMPONENT

@@ -18,7 +18,10 @@ cycle is, and each step is one method of the one state object (:class:`_Replay`)
 6. check      :func:`solver.checker.check` judges the plan. A violation stops the replay: the
               contract is that every policy returns a feasible plan.
 7. start      admitted gangs start at the window's end; the rest keep waiting, with their
-              waiting time (which the solver ages) growing.
+              waiting time (which the solver ages) growing. Gangs the plan reclaims
+              (``policy.reclaim``, solver/reclaim.py) stop first, at once, and go back to
+              their queue in arrival order (their run so far counted as lost); the gangs they
+              made room for start in what they freed.
 8. stop       the clock stops when nothing is left to happen, or at ``until_s``.
 
 Everything that changes the GPUs' state goes through one place (:class:`_Cluster`), which
@@ -212,6 +215,8 @@ class TimedResult:
     reserved_late: int = 0  # of them, started later than their first reserved start
     reserved_late_s: float = 0.0  # the sum of those delays
     backfilled: int = 0  # gangs placed by the backfill solve (known to end before a reserved start)
+    reclaimed: int = 0  # gangs evicted by reclaim (each went back to its queue)
+    reclaim_lost_gpu_s: float = 0.0  # GPU-seconds those gangs had run, lost
 
     def count(self, state: str) -> int:
         return sum(1 for o in self.outcomes if o.state == state)
@@ -271,6 +276,8 @@ class TimedResult:
             "reserved_late": self.reserved_late,
             "reserved_late_s": self.reserved_late_s,
             "backfilled": self.backfilled,
+            "reclaimed": self.reclaimed,
+            "reclaim_lost_gpu_hours": self.reclaim_lost_gpu_s / 3600,
         }
 
 
@@ -583,7 +590,9 @@ def simulate_timed(
         plan = replay.solve(solve, snapshot)
         # 6. Check: a plan the checker rejects stops the replay.
         replay.check_plan(snapshot, plan, now=boundary)
-        # 7. Start the admitted gangs at the window's end.
+        # 7. Start the admitted gangs at the window's end; the gangs reclaim evicts go back
+        #    to their queues.
+        replay.evict(plan, now=boundary)
         replay.start(pending, plan, now=boundary)
         if progress is not None and scenario.arrivals:
             progress(replay.next_arrival / len(scenario.arrivals))
@@ -615,6 +624,8 @@ class _Replay:
     reserved_late: int = 0
     reserved_late_s: float = 0.0
     backfilled: int = 0
+    reclaimed: int = 0
+    reclaim_lost_gpu_s: float = 0.0
 
     @classmethod
     def begin(cls, scenario: Scenario, config: TimedConfig) -> _Replay:
@@ -655,7 +666,10 @@ class _Replay:
             self.cluster.advance(event)
             if self.departures and self.departures[0][0] == event:
                 _, name = heapq.heappop(self.departures)
-                self.cluster.stop(self.placed[name])
+                ran = self.placed.get(name)
+                if ran is None or ran.end_s != event or name in self.departed:
+                    continue  # the end of a run that reclaim cut short
+                self.cluster.stop(ran)
                 self.departed.add(name)
                 for pod in self.placed[name].pods:
                     self.deadline_end.pop(pod.name, None)
@@ -678,6 +692,13 @@ class _Replay:
             for a in pending
         )
         running = tuple(self.cluster.running.values())
+        if self.scenario.policy.reclaim.enabled:  # what reclaim chooses victims by
+            of_pod = {pod.name: p for p in self.placed.values() if p.timed.gang.name
+                      not in self.departed for pod in p.pods}
+            running = tuple(replace(r, gang=of_pod[r.name].timed.gang.name,
+                                    priority=of_pod[r.name].timed.gang.priority,
+                                    run_s=max(0.0, now - of_pod[r.name].start_s))
+                            if r.name in of_pod else r for r in running)
         if factor is not None:
             running = tuple(replace(r, remaining_s=max(0.0, self.deadline_end[r.name] - now))
                             for r in running)
@@ -707,6 +728,24 @@ class _Replay:
                 f"{self.config.name} at t={now:g}s: the checker rejects the plan "
                 f"({len(violations)} violation(s)): {lines}"
             )
+
+    def evict(self, plan: Plan, *, now: float) -> None:
+        """The gangs ``plan`` reclaims stop at ``now`` (their pods gone at once, as with a
+        grace period of 0) and go back to their queues in arrival order, their run so far
+        lost; the gangs they made room for start in the same window."""
+        for e in plan.evictions:
+            p = self.placed.pop(e.gang)
+            self.cluster.stop(p)
+            for pod in p.pods:
+                self.deadline_end.pop(pod.name, None)
+            self.reclaimed += 1
+            self.reclaim_lost_gpu_s += (now - p.start_s) * p.timed.gang.gpu_demand_milli / MILLI
+            queue = self.queues[p.timed.gang.tenant]
+            queue.append(p.timed)
+            ordered = sorted(queue, key=lambda a: a.arrival_s)
+            queue.clear()
+            queue.extend(ordered)
+            self.cluster.enqueue(p.timed)
 
     def start(self, pending: list[TimedGang], plan: Plan, *, now: float) -> None:
         """The gangs ``plan`` admits leave their queues and start running at ``now``."""
@@ -764,6 +803,8 @@ class _Replay:
             reserved_late=self.reserved_late,
             reserved_late_s=self.reserved_late_s,
             backfilled=self.backfilled,
+            reclaimed=self.reclaimed,
+            reclaim_lost_gpu_s=self.reclaim_lost_gpu_s,
         )
 
     def _outcomes(self) -> list[GangOutcome]:

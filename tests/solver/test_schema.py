@@ -114,6 +114,31 @@ def test_deadlines_and_reservations_are_read_and_bounded() -> None:
     assert any(e.startswith("policy.reservations.horizon: unknown field") for e in errors)
 
 
+def test_reclaim_fields_are_read_bounded_and_round_tripped() -> None:
+    doc = {
+        "nodes": [{"name": "n", "cpu_milli": 1000, "memory_mib": 1000,
+                   "gpus": {"count": 2, "model": "T4"}}],
+        "running": [{"name": "r", "node": "n", "gpus": [{"index": 0}], "tenant": "a",
+                     "gang": "a/job", "priority": -3, "run_s": 900}],
+        "policy": {"reclaim": {"enabled": False, "min_run_s": 60, "max_gangs": 2}},
+    }
+    snap = parse_snapshot(doc)
+    r = snap.running[0]
+    assert (r.gang, r.priority, r.run_s) == ("a/job", -3, 900)
+    rc = snap.policy.reclaim
+    assert (rc.enabled, rc.min_run_s, rc.max_gangs) == (False, 60, 2)
+    assert parse_snapshot(json.loads(json.dumps(snapshot_to_dict(snap)))) == snap
+    assert not parse_snapshot({"nodes": doc["nodes"]}).policy.reclaim.enabled  # off by default
+    doc["running"][0].update(run_s=-1, gang=7)
+    doc["policy"] = {"reclaim": {"enabled": "yes", "max_gangs": 5000, "minrun": 1}}
+    errors = _errors(doc)
+    assert any(e.startswith("running[0].run_s: must be") for e in errors), errors
+    assert any(e.startswith("running[0].gang: must be") for e in errors), errors
+    assert any(e.startswith("policy.reclaim.enabled: must be true or false") for e in errors)
+    assert any(e.startswith("policy.reclaim.max_gangs: must be") for e in errors), errors
+    assert any(e.startswith("policy.reclaim.minrun: unknown field") for e in errors), errors
+
+
 def test_the_document_must_be_a_mapping() -> None:
     for doc in (None, [], "text", 3):
         (msg,) = _errors(doc)
@@ -133,7 +158,9 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
         st.sampled_from(["name", "nodes", "gangs", "pods", "gpus", "cpu_milli", "memory_mib",
                          "tenant", "gpu_count", "gpu_milli", "model", "runtime_s",
-                         "remaining_s", "reservations", "max_gangs", "x"]), inner, max_size=4),
+                         "remaining_s", "reservations", "max_gangs", "running", "gang",
+                         "run_s", "priority", "reclaim", "min_run_s", "enabled", "policy",
+                         "x"]), inner, max_size=4),
     max_leaves=25,
 )
 

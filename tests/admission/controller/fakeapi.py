@@ -82,6 +82,8 @@ class FakeApi:
         self.patches: list[tuple[str, Sequence[PatchOp]]] = []
         self._rv = itertools.count(1000)
         self.fail_after: int | None = None  # the n-th next pod patch crashes
+        self.blocked: set[str] = set()  # pods a PodDisruptionBudget keeps from eviction
+        self.evictions: list[str] = []  # pods evicted, in order
 
     # -------------------------------------------------------------- helpers for tests
     def _bump(self, obj: Json) -> Json:
@@ -165,6 +167,27 @@ class FakeApi:
         conds = pod.setdefault("status", {}).setdefault("conditions", [])
         conds[:] = [c for c in conds if c["type"] != condition["type"]] + [condition]
         return copy.deepcopy(self._bump(pod))
+
+    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> None:
+        """The Eviction API: a pod in ``blocked`` (its PDB allows no disruption) is refused
+        with 429; an evicted pod gets the API server's own DisruptionTarget condition and a
+        deletion timestamp (its owner recreates it; the test removes it when it wants)."""
+        key = f"{namespace}/{name}"
+        pod = self.pods.get(key)
+        if pod is None:
+            raise NotFound(404, f'pods "{name}" not found')
+        if key in self.blocked:
+            raise ApiError(429, "Cannot evict pod as it would violate the pod's disruption "
+                           "budget.")
+        if dry_run:
+            return
+        self.evictions.append(key)
+        conds = pod.setdefault("status", {}).setdefault("conditions", [])
+        conds[:] = [c for c in conds if c["type"] != "DisruptionTarget"] + [
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+             "message": "Eviction API: evicting"}]
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        self._bump(pod)
 
     def create_event(self, namespace: str, event: Json) -> None:
         self.events.append(copy.deepcopy(event))

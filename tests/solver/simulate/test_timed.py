@@ -361,3 +361,30 @@ def test_random_scenarios_conserve_gangs_and_capacity(
     assert r.utilisation[-1][1] == pytest.approx(0.0)
     assert 0 <= r.slo.attainment <= 1 and (not aware or r.slo.attainment == 1.0)
     assert 1 / len(sc.tenants) - 1e-9 <= r.jain <= 1 + 1e-9
+
+
+def test_reclaim_evicts_a_borrowed_gang_which_goes_back_to_its_queue() -> None:
+    """team-b (quota 0) borrows the only GPU at 0; team-a (quota 1) arrives at 1000 and
+    reclaims it: b's gang stops (1000 GPU-seconds lost), a's starts in its place at once, b's
+    runs again from the start once a's is done. Without reclaim, a waits until b ends."""
+    from solver.types import Reclaim
+
+    def scenario(on: bool) -> Scenario:
+        return Scenario(
+            nodes=(_node(),),
+            tenants=(Tenant("team-a", quota_milli=MILLI), Tenant("team-b", quota_milli=0)),
+            arrivals=(TimedGang(_gang("b1", tenant="team-b"), 0.0, 5000.0),
+                      TimedGang(_gang("a1"), 1000.0, 100.0)),
+            policy=SolverPolicy(reclaim=Reclaim(enabled=on, min_run_s=300.0)))
+
+    on = simulate_timed(scenario(True), TimedConfig(policy="cpsat", window_s=5.0,
+                                                    time_limit_s=0.5))
+    by = {o.gang: o for o in on.outcomes}
+    assert on.reclaimed == 1 and on.reclaim_lost_gpu_s == pytest.approx(1000.0)
+    assert by["a1"].start_s == 1000.0  # in the window of the eviction, on the freed GPU
+    assert by["b1"].start_s == 1100.0 and by["b1"].end_s == 6100.0  # from the start again
+    assert on.count("departed") == 2
+    off = simulate_timed(scenario(False), TimedConfig(policy="cpsat", window_s=5.0,
+                                                      time_limit_s=0.5))
+    by = {o.gang: o for o in off.outcomes}
+    assert off.reclaimed == 0 and by["a1"].start_s == 5000.0
