@@ -115,3 +115,19 @@ def test_a_gang_starts_when_all_its_pods_run_together() -> None:
     spans = bc.spans_of(wl, ns, created, seen)
     assert len(spans) == 6  # every pod of every gang, the unstarted one waiting
     assert sum(1 for s in spans if s.start_s is None) == 1
+
+
+def test_a_model_without_known_memory_is_left_out_of_the_policy(tmp_path: Path) -> None:
+    """The openb node list gives no GPU memory; the policy Berth serves must still load."""
+    from solver.types import GPU, Node
+
+    nodes = tuple(Node(name=f"n{i}", cpu_milli=64000, memory_mib=256000,
+                       gpus=tuple(GPU(g, "G2", 0) for g in range(8))) for i in range(2))
+    wl = bc.Workload("openb", nodes, {"team-a": 1.0, "team-b": 1.0}, (_gang(),), note="",
+                     compress=40)
+    doc = bc.berth_policy(wl, {"team-a": "a", "team-b": "b"}, backend="standalone",
+                          compress=40)
+    assert doc["gpuModels"] == []
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    load_policy(path)
