@@ -368,6 +368,22 @@ class System:
     def processes(self) -> list[int]:
         return [pid for pgid in self.pgids for pid in group_members(pgid)]
 
+    @contextlib.contextmanager
+    def kueue(self, frameworks: tuple[str, ...]) -> Iterator[None]:
+        """Kueue's manager for ``frameworks`` with fair sharing, and the tenants' queues."""
+        assert self.e2e.local is not None
+        manager = dk.start_manager(
+            self.e2e.api, processes.spawner(self.work / "kueue"), pki=self.e2e.local.pki,
+            kubeconfig=self.e2e.kubeconfig, workdir=self.work / "kueue",
+            namespace=list(self.namespaces.values()), frameworks=frameworks,
+            fair_sharing=True)
+        self.pgids.append(manager.record.pgid)
+        try:
+            kueue_cluster_queues(self.e2e.api, self.workload, self.namespaces)
+            yield
+        finally:
+            dk.stop_manager(self.e2e.api, manager)
+
 
 class KubeScheduler(System):
     name = "kube-scheduler"
@@ -413,22 +429,11 @@ def kueue_cluster_queues(api: client.ApiClient, workload: Workload,
 
 class Kueue(System):
     name = "kueue"
-    frameworks: tuple[str, ...] = ("batch/job",)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        assert self.e2e.local is not None
-        manager = dk.start_manager(
-            self.e2e.api, processes.spawner(self.work / "kueue"), pki=self.e2e.local.pki,
-            kubeconfig=self.e2e.kubeconfig, workdir=self.work / "kueue",
-            namespace=list(self.namespaces.values()), frameworks=self.frameworks,
-            fair_sharing=True)
-        self.pgids.append(manager.record.pgid)
-        try:
-            kueue_cluster_queues(self.e2e.api, self.workload, self.namespaces)
+        with self.kueue(("batch/job",)):
             yield
-        finally:
-            dk.stop_manager(self.e2e.api, manager)
 
     def job(self, g: ReplayGang) -> dict[str, Any]:
         return job_manifest(g, deadline_factor=self.args.deadline_factor,
@@ -530,7 +535,7 @@ class Berth(System):
                            compress=self.workload.compress)
         with contextlib.ExitStack() as stack:
             if self.backend == "kueue":
-                stack.enter_context(Kueue.running(self))  # type: ignore[arg-type]
+                stack.enter_context(self.kueue(("pod",)))
             hook = stack.enter_context(berth_webhook(
                 self.e2e, self.work / "berth", self.namespaces, serve=True, policy_doc=doc))
             assert hook.record is not None
@@ -550,7 +555,6 @@ class Berth(System):
 class BerthKueue(Berth):
     name = "berth-kueue"
     backend = "kueue"
-    frameworks: tuple[str, ...] = ("pod",)
 
 
 SYSTEM_CLASSES: dict[str, type[System]] = {
