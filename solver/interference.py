@@ -26,6 +26,11 @@ bandwidth}, let ``own = p.r``, ``rest = sum(o.r for o in others)`` and ``total =
    keep ``r``, capped where saturation takes over. The default coefficient
    (:data:`DEFAULT_CONTENTION`, 15 % at a fully busy neighbour) is a starting point, not a
    measurement; calibrate it per GPU model where co-location measurements exist.
+   Measured on an H200 (bench/gpu_colocation.md): under time-slicing two busy neighbours each
+   run about 2x slower whatever unit they keep busy, more than this form predicts (RMS error
+   0.48; no coefficient brings it under 0.40), and under MPS a latency-sensitive pod beside any
+   saturating neighbour runs 5-15x slower. The form is unchanged until it is recalibrated on
+   more GPU models; the ban of ``training`` next to ``latency-inference`` holds in both modes.
 3. A pod is sensitive to each resource in proportion to its own use of it:
    ``w_r = p.r / (p.sm + p.membw)`` (a pod that uses neither is not slowed).
 
