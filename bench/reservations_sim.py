@@ -1,6 +1,8 @@
 """Reservations and backfill in the timed replay: Berth's engine with every gang's deadline
 known (``cpsat``: what reservations plan with) against the same engine told no deadline
-(``cpsat-nodeadlines``: only what fits now) and the greedy baselines, on the embedded default's
+(``cpsat-nodeadlines``: only what fits now), the same engine without the controller's records
+(``cpsat-norecords``: fair share judged one window at a time and FGD's target workload the
+window's own pods, docs/fair-sharing.md) and the greedy baselines, on the embedded default's
 generated workload (seeds) and on slices of three openb pod lists (default, gpushare40,
 gpuspec20; the multigpu lists carry no creation or deletion times, so no timed replay can be
 made of them; bench/timed_sim.py's slicing: the first 60 GPU nodes, 1,500 consecutive pods from
@@ -22,7 +24,7 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,6 +36,7 @@ from timed_sim import alibaba_slice  # noqa: E402
 from solver.simulate.generate import generate  # noqa: E402
 from solver.simulate.timed import TimedConfig, TimedResult, simulate_timed  # noqa: E402
 from solver.simulate.timed_scenario import Scenario  # noqa: E402
+from solver.types import FairSharing, TargetWorkload  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,20 @@ class Row:
     label: str
     policy: str
     deadlines: bool
+    records: bool = True  # fair sharing over time and the learned target workload
 
 
-ROWS = (Row("cpsat", "cpsat", True), Row("cpsat-nodeadlines", "cpsat", False),
+ROWS = (Row("cpsat", "cpsat", True), Row("cpsat-norecords", "cpsat", True, records=False),
+        Row("cpsat-nodeadlines", "cpsat", False),
         Row("bestfit", "bestfit", False), Row("fgd", "fgd", False))
+
+
+def without_records(scenario: Scenario) -> Scenario:
+    """The scenario with the controller's records turned off (docs/fair-sharing.md): fair
+    share judged one window at a time, FGD's target workload the window's own pods."""
+    policy = replace(scenario.policy, fair_sharing=FairSharing(half_life_s=0.0),
+                     target_workload=TargetWorkload(half_life_s=0.0))
+    return replace(scenario, policy=policy)
 
 
 def figures(r: TimedResult) -> dict[str, float]:
@@ -54,6 +67,7 @@ def figures(r: TimedResult) -> dict[str, float]:
             "mean": sum(waits) / len(waits) if waits else 0.0,
             "alloc": r.mean_utilisation * 100,
             "min_fair": min((t.fair_ratio for t in r.tenants), default=1.0),
+            "min_pooled": min((t.pooled_fair_ratio for t in r.tenants), default=1.0),
             "reserved": r.reserved_gangs, "late": r.reserved_late,
             "backfilled": r.backfilled, "placed": r.placed, "gangs": len(r.outcomes)}
 
@@ -64,7 +78,8 @@ def run(scenario: Scenario, seed: int, factor: float, limit: float) -> dict[str,
         cfg = TimedConfig(policy=row.policy, seed=seed, time_limit_s=limit,
                           deadline_factor=factor if row.deadlines else None, label=row.label)
         t0 = time.perf_counter()
-        out[row.label] = figures(simulate_timed(scenario, cfg))
+        seen = scenario if row.records else without_records(scenario)
+        out[row.label] = figures(simulate_timed(seen, cfg))
         print(f"  {row.label:<18} {time.perf_counter() - t0:6.1f} s", file=sys.stderr)
     return out
 
@@ -75,14 +90,15 @@ def table(title: str, runs: list[dict[str, dict[str, float]]]) -> list[str]:
 
     lines = [f"### {title}", "",
              "| policy | started | wait p50 s | p90 s | p99 s | mean s | GPU alloc % | worst "
-             "tenant got/fair | reserved | late | backfilled |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "tenant got/fair | within its models | reserved | late | backfilled |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in ROWS:
         lb = row.label
         lines.append(
             f"| {lb} | {med(lb, 'placed'):.0f}/{med(lb, 'gangs'):.0f} | {med(lb, 'p50'):.0f} | "
             f"{med(lb, 'p90'):.0f} | {med(lb, 'p99'):.0f} | {med(lb, 'mean'):.0f} | "
-            f"{med(lb, 'alloc'):.1f} | {med(lb, 'min_fair'):.2f} | {med(lb, 'reserved'):.0f} | "
+            f"{med(lb, 'alloc'):.1f} | {med(lb, 'min_fair'):.2f} | {med(lb, 'min_pooled'):.2f} | "
+            f"{med(lb, 'reserved'):.0f} | "
             f"{med(lb, 'late'):.0f} | {med(lb, 'backfilled'):.0f} |")
     best_p99, best_mean = med("bestfit", "p99"), med("bestfit", "mean")
     lines += ["", f"cpsat against best-fit: p99 wait {med('cpsat', 'p99') / best_p99:.2f}x "
@@ -91,9 +107,21 @@ def table(title: str, runs: list[dict[str, dict[str, float]]]) -> list[str]:
               "points (target >= -0.5); without deadlines: p99 "
               f"{med('cpsat-nodeadlines', 'p99') / best_p99:.2f}x (target < 1)."]
     if len(runs) > 1:
-        per = ", ".join(f"{r['cpsat']['p99']:.0f} / {r['cpsat-nodeadlines']['p99']:.0f} / "
-                        f"{r['bestfit']['p99']:.0f}" for r in runs)
-        lines += ["", f"p99 per seed (cpsat / cpsat-nodeadlines / bestfit): {per}."]
+        per = ", ".join(f"{r['cpsat']['p99']:.0f} / {r['cpsat-norecords']['p99']:.0f} / "
+                        f"{r['cpsat-nodeadlines']['p99']:.0f} / {r['bestfit']['p99']:.0f}"
+                        for r in runs)
+        lines += ["", "p99 per seed (cpsat / cpsat-norecords / cpsat-nodeadlines / bestfit): "
+                  f"{per}."]
+        per = ", ".join(f"{r['cpsat']['alloc']:.1f} / {r['cpsat-norecords']['alloc']:.1f} / "
+                        f"{r['bestfit']['alloc']:.1f}" for r in runs)
+        lines += ["", f"GPU allocated % per seed (cpsat / cpsat-norecords / bestfit): {per}; "
+                  "means " + " / ".join(
+                      f"{statistics.fmean(r[k]['alloc'] for r in runs):.1f}"
+                      for k in ("cpsat", "cpsat-norecords", "bestfit")) + "."]
+        per = ", ".join(f"{r['cpsat']['min_fair']:.2f} / {r['cpsat-norecords']['min_fair']:.2f}"
+                        f" / {r['bestfit']['min_fair']:.2f}" for r in runs)
+        lines += ["", f"worst tenant got/fair per seed (cpsat / cpsat-norecords / bestfit): "
+                  f"{per}."]
     return [*lines, ""]
 
 

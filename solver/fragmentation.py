@@ -32,7 +32,7 @@ changes a few numbers instead of re-scanning every typical pod.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -53,19 +53,33 @@ def typical_pods(
     """The most popular pod shapes (CPU, GPU count, per-GPU share, models) that together cover
     ``coverage`` of ``pods``, each weighted by its share of all pods. CPU-only pods count, as
     in the paper's simulator: they are part of what arrives."""
-    counts: Counter[tuple[int, int, int, frozenset[str]]] = Counter(
-        (p.cpu_milli, p.gpu_count, p.gpu_milli, p.models if p.gpu_count else frozenset())
-        for p in pods
-    )
+    counts: Counter[Shape] = Counter(pod_shape(p) for p in pods)
+    return typical_of(counts, coverage)
+
+
+#: A pod's shape as the target workload counts it: CPU milli, GPU count, per-GPU milli and the
+#: GPU models it may use (empty: any; always empty for a CPU-only pod).
+Shape = tuple[int, int, int, frozenset[str]]
+
+
+def pod_shape(p: PodRequest) -> Shape:
+    return (p.cpu_milli, p.gpu_count, p.gpu_milli, p.models if p.gpu_count else frozenset())
+
+
+def typical_of(counts: Mapping[Shape, float],
+               coverage: float = DEFAULT_COVERAGE) -> tuple[TypicalPod, ...]:
+    """:func:`typical_pods` from shapes already counted (or weighted: solver/workload.py's
+    decayed record): the most popular that cover ``coverage`` of the total, each weighted by
+    its share of it."""
     total = sum(counts.values())
-    if total == 0:
+    if total <= 0:
         return ()
     # most popular first; equal counts put the larger shape first (CPU, then per-GPU share,
     # then GPU count), as the paper's simulator orders them, which decides the cut
     ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0][0], kv[0][2], kv[0][1],
                                                     "|".join(sorted(kv[0][3]))), reverse=True)
     out: list[TypicalPod] = []
-    covered = 0
+    covered = 0.0
     for (cpu, count, milli, models), n in ranked:
         out.append(TypicalPod(cpu_milli=cpu, gpu_count=count, gpu_milli=milli, models=models,
                               weight=n / total))

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from solver.fairshare import boosts
 from solver.rules import quota_problems
 from solver.types import Gang, Snapshot
 
 
 def queue_order(snapshot: Snapshot) -> list[Gang]:
     """The snapshot's gangs by effective priority (priority plus ``aging_per_hour`` per hour
-    waited), highest first; equal ones keep their snapshot order."""
+    waited, plus the tenant's fair-share boost: :func:`solver.fairshare.boosts`), highest
+    first; equal ones keep their snapshot order."""
     aging = snapshot.policy.weights.aging_per_hour
+    boost = boosts(snapshot)
     return sorted(snapshot.gangs,
-                  key=lambda g: -(g.priority + aging * g.wait_seconds / 3600.0))
+                  key=lambda g: -(g.priority + aging * g.wait_seconds / 3600.0
+                                  + boost.get(g.tenant, 0.0)))
 
 
 def quota_reason(snapshot: Snapshot, gang: Gang, used: Mapping[str, int],

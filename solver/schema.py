@@ -17,10 +17,12 @@ from typing import Any, TypeVar
 from solver.plan import Plan
 from solver.types import (
     GPU,
+    MAX_QUOTA_MILLI,
     MAX_TENANT_WEIGHT,
     MAX_WATTS,
     MAX_WEIGHT,
     MILLI,
+    FairSharing,
     Gang,
     GpuShare,
     MigSlice,
@@ -35,6 +37,7 @@ from solver.types import (
     Snapshot,
     SolverPolicy,
     Taint,
+    TargetWorkload,
     Tenant,
     Toleration,
     TopologyMode,
@@ -294,7 +297,8 @@ TAINT_FIELDS = ("key", "value", "effect")
 RUNNING_FIELDS = ("name", "node", "cpu_milli", "memory_mib", "gpus", "tenant", "qos_class",
                   "remaining_s", "gang", "priority", "run_s")
 SHARE_FIELDS = ("index", "milli")
-TENANT_FIELDS = ("name", "quota_milli", "weight", "can_borrow", "borrow_limit_milli")
+TENANT_FIELDS = ("name", "quota_milli", "weight", "can_borrow", "borrow_limit_milli",
+                 "past_held_milli", "past_fair_milli")
 GANG_FIELDS = ("name", "tenant", "pods", "priority", "wait_seconds", "topology", "runtime_s")
 TOPOLOGY_FIELDS = ("level", "mode")
 POD_FIELDS = ("name", "replicas", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli",
@@ -303,7 +307,9 @@ POD_FIELDS = ("name", "replicas", "cpu_milli", "memory_mib", "gpu_count", "gpu_m
 REQ_FIELDS = ("key", "operator", "values")
 TOLERATION_FIELDS = ("key", "operator", "value", "effect")
 POLICY_FIELDS = ("weights", "topology_levels", "qos_classes", "idle_watts", "active_watts",
-                 "typical_pods", "reservations", "reclaim")
+                 "typical_pods", "reservations", "reclaim", "fair_sharing", "target_workload")
+FAIR_SHARING_FIELDS = ("half_life_s", "boost")
+TARGET_WORKLOAD_FIELDS = ("half_life_s",)
 RESERVATION_FIELDS = ("max_gangs", "after_s", "horizon_s")
 RECLAIM_FIELDS = ("enabled", "min_run_s", "max_gangs")
 WEIGHT_FIELDS = ("demand", "aging_per_hour", "fragmentation", "topology", "fairness", "energy",
@@ -463,7 +469,9 @@ def _tenants(r: _Reader, value: object) -> tuple[Tenant, ...]:
         t = r.build(p, Tenant, name or "?", r.opt_int(d, "quota_milli", p),
                     r.number(d, "weight", p, default=1.0, positive=True, hi=MAX_TENANT_WEIGHT),
                     r.flag(d, "can_borrow", p, default=True),
-                    r.opt_int(d, "borrow_limit_milli", p))
+                    r.opt_int(d, "borrow_limit_milli", p),
+                    r.number(d, "past_held_milli", p, default=0.0, lo=0.0, hi=MAX_QUOTA_MILLI),
+                    r.number(d, "past_fair_milli", p, default=0.0, lo=0.0, hi=MAX_QUOTA_MILLI))
         if t is not None and name:
             out.append(t)
     return tuple(out)
@@ -667,10 +675,26 @@ def parse_policy(r: _Reader, value: object, path: str = "policy") -> SolverPolic
             reclaim = r.build(cp, Reclaim, r.flag(cd, "enabled", cp, default=False),
                               r.number(cd, "min_run_s", cp, default=300.0, lo=0.0),
                               r.integer(cd, "max_gangs", cp, default=4, hi=1024)) or reclaim
+    fair_sharing = FairSharing()
+    if d.get("fair_sharing") is not None:
+        fp = f"{path}.fair_sharing"
+        fd = r.obj(d["fair_sharing"], fp, FAIR_SHARING_FIELDS)
+        if fd is not None:
+            fair_sharing = r.build(fp, FairSharing,
+                                   r.number(fd, "half_life_s", fp, default=0.0, lo=0.0),
+                                   r.number(fd, "boost", fp, default=1.0, lo=0.0,
+                                            hi=MAX_WEIGHT)) or fair_sharing
+    target = TargetWorkload()
+    if d.get("target_workload") is not None:
+        tp = f"{path}.target_workload"
+        td = r.obj(d["target_workload"], tp, TARGET_WORKLOAD_FIELDS)
+        if td is not None:
+            target = r.build(tp, TargetWorkload,
+                             r.number(td, "half_life_s", tp, default=86_400.0, lo=0.0)) or target
     return SolverPolicy(weights, levels, tuple(classes),
                         r.num_map(d, "idle_watts", path, hi=MAX_WATTS),
                         r.num_map(d, "active_watts", path, hi=MAX_WATTS), tuple(typical),
-                        reservations, reclaim)
+                        reservations, reclaim, fair_sharing, target)
 
 
 def parse_snapshot(data: object) -> Snapshot:
@@ -776,7 +800,9 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
         ],
         "tenants": [
             {"name": t.name, "quota_milli": t.quota_milli, "weight": t.weight,
-             "can_borrow": t.can_borrow, "borrow_limit_milli": t.borrow_limit_milli}
+             "can_borrow": t.can_borrow, "borrow_limit_milli": t.borrow_limit_milli,
+             **({} if t.past_held_milli == t.past_fair_milli == 0.0 else
+                {"past_held_milli": t.past_held_milli, "past_fair_milli": t.past_fair_milli})}
             for t in s.tenants
         ],
         "gangs": [
@@ -810,5 +836,8 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
                              "horizon_s": pol.reservations.horizon_s},
             "reclaim": {"enabled": pol.reclaim.enabled, "min_run_s": pol.reclaim.min_run_s,
                         "max_gangs": pol.reclaim.max_gangs},
+            "fair_sharing": {"half_life_s": pol.fair_sharing.half_life_s,
+                             "boost": pol.fair_sharing.boost},
+            "target_workload": {"half_life_s": pol.target_workload.half_life_s},
         },
     }

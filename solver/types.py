@@ -343,6 +343,11 @@ class Tenant:
 
     ``borrow_limit_milli`` caps how much idle quota of other tenants it may use beyond its own
     (None: no cap when ``can_borrow``).
+
+    ``past_held_milli`` and ``past_fair_milli``: the GPU milli the tenant held and the fair
+    share it was due (weighted max-min over the tenants' demand), each averaged over the
+    recent past with the policy's half-life (:mod:`solver.fairshare`); both 0: no history.
+    Only the controller's own records feed them, never anything a tenant writes.
     """
 
     name: str
@@ -350,6 +355,8 @@ class Tenant:
     weight: float = 1.0
     can_borrow: bool = True
     borrow_limit_milli: int | None = None
+    past_held_milli: float = 0.0
+    past_fair_milli: float = 0.0
 
     def __post_init__(self) -> None:
         p = f"tenants[{self.name}]"
@@ -359,6 +366,8 @@ class Tenant:
         _within(self.weight, 0, MAX_TENANT_WEIGHT, f"{p}.weight")
         if self.borrow_limit_milli is not None:
             _amount(self.borrow_limit_milli, MAX_QUOTA_MILLI, f"{p}.borrow_limit_milli")
+        _amount(self.past_held_milli, MAX_QUOTA_MILLI, f"{p}.past_held_milli")
+        _amount(self.past_fair_milli, MAX_QUOTA_MILLI, f"{p}.past_fair_milli")
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,6 +492,37 @@ class Reclaim:
 
 
 @dataclass(frozen=True, slots=True)
+class FairSharing:
+    """Fair share judged over time (solver/fairshare.py): each tenant's held GPU time and its
+    fair share are averaged with a half-life of ``half_life_s`` (0: off, one window is judged
+    alone), and a tenant that got less than its share is moved up the queue by up to
+    ``boost`` priority points (at a deficit of 100 %; in proportion below)."""
+
+    half_life_s: float = 3600.0
+    boost: float = 2.0
+
+    def __post_init__(self) -> None:
+        _amount(self.half_life_s, MAX_WAIT_SECONDS, "policy.fair_sharing.half_life_s")
+        _amount(self.boost, MAX_WEIGHT, "policy.fair_sharing.boost")
+
+    @property
+    def enabled(self) -> bool:
+        return self.half_life_s > 0 and self.boost > 0
+
+
+@dataclass(frozen=True, slots=True)
+class TargetWorkload:
+    """Where FGD's target workload comes from when ``typical_pods`` names none: the shapes of
+    the pods that arrived, averaged with a half-life of ``half_life_s`` (solver/workload.py;
+    kept by the controller and the timed replay); 0: the window's own pods."""
+
+    half_life_s: float = 86_400.0
+
+    def __post_init__(self) -> None:
+        _amount(self.half_life_s, MAX_WAIT_SECONDS, "policy.target_workload.half_life_s")
+
+
+@dataclass(frozen=True, slots=True)
 class SolverPolicy:
     """The knobs of the policy YAML that the solver reads."""
 
@@ -495,6 +535,8 @@ class SolverPolicy:
     typical_pods: tuple[TypicalPod, ...] = ()
     reservations: Reservations = field(default_factory=Reservations)
     reclaim: Reclaim = field(default_factory=Reclaim)
+    fair_sharing: FairSharing = field(default_factory=FairSharing)
+    target_workload: TargetWorkload = field(default_factory=TargetWorkload)
 
     def __post_init__(self) -> None:
         for kind, watts in (("idle_watts", self.idle_watts), ("active_watts", self.active_watts)):

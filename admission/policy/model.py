@@ -279,11 +279,24 @@ class Reclaim(_Model):
     max_gangs_per_window: Annotated[int, Field(ge=0, le=1024)] = 4
 
 
+class FairSharing(_Model):
+    half_life_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS,
+                                              allow_inf_nan=False)] = 3600.0
+    boost: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 2.0
+
+
+class TargetWorkload(_Model):
+    half_life_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS,
+                                              allow_inf_nan=False)] = 86400.0
+
+
 class SolverSettings(_Model):
     time_limit_seconds: Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] = 5.0
     weights: ObjectiveWeights = ObjectiveWeights()
     reservations: Reservations = Reservations()
     reclaim: Reclaim = Reclaim()
+    fair_sharing: FairSharing = FairSharing()
+    target_workload: TargetWorkload = TargetWorkload()
 
 
 class Release(_Model):

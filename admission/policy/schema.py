@@ -168,6 +168,20 @@ FIELD_DOCS: dict[str, str] = {
     "Reclaim.minRuntimeSeconds": "A running gang is never reclaimed before every pod of it has "
     "run this long.",
     "Reclaim.maxGangsPerWindow": "Most gangs evicted per batch window; 0 evicts none.",
+    "SolverSettings.fairSharing": "Fair share judged over time: each tenant's held GPUs and "
+    "its fair share are averaged with a half-life, and a tenant that got less than its share "
+    "has its gangs moved up the queue (docs/fair-sharing.md).",
+    "FairSharing.halfLifeSeconds": "Half-life of the averages; 0 turns fair sharing over time "
+    "off (each window is judged alone). The record lives in the controller and starts over "
+    "when the leader changes.",
+    "SolverSettings.targetWorkload": "FGD's target workload (what free GPUs are judged "
+    "against as fragments) learned from the pod shapes that arrived, each tenant's mixed by "
+    "its weight (docs/fair-sharing.md).",
+    "TargetWorkload.halfLifeSeconds": "Half-life of the learned shapes; 0: judge against the "
+    "window's own pods only. The record lives in the controller and starts over when the "
+    "leader changes.",
+    "FairSharing.boost": "Priority points a tenant's gangs gain at a deficit of 100 % (it got "
+    "nothing of its share), in proportion below; a tenant above its share gains nothing.",
     "ObjectiveWeights.demand": "Admitted priority-weighted GPU demand (the term the others "
     "are traded against).",
     "ObjectiveWeights.agingPerHour": "Priority a waiting gang gains per hour waited.",

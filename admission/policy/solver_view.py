@@ -9,7 +9,16 @@ from __future__ import annotations
 from admission import constants as c
 from admission.policy.model import Policy, QoSClass
 from admission.policy.model import Tenant as PolicyTenant
-from solver.types import QoSProfile, Reclaim, Reservations, SolverPolicy, Tenant, Weights
+from solver.types import (
+    FairSharing,
+    QoSProfile,
+    Reclaim,
+    Reservations,
+    SolverPolicy,
+    TargetWorkload,
+    Tenant,
+    Weights,
+)
 
 
 def _milli(gpus: float | None) -> int | None:
@@ -65,6 +74,10 @@ def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
                                   horizon_s=r.horizon_seconds),
         reclaim=Reclaim(enabled=rc.enabled, min_run_s=rc.min_runtime_seconds,
                         max_gangs=rc.max_gangs_per_window),
+        fair_sharing=FairSharing(half_life_s=policy.solver.fair_sharing.half_life_seconds,
+                                 boost=policy.solver.fair_sharing.boost),
+        target_workload=TargetWorkload(
+            half_life_s=policy.solver.target_workload.half_life_seconds),
         qos_classes=tuple(solver_qos(q) for q in policy.qos_classes),
         # the same GPU published through DRA is <model>@dra to the solver (docs/dra.md)
         idle_watts={name: m.idle_watts for m in policy.gpu_models for name in _names(m.name)},

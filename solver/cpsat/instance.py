@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from solver.baselines import ClusterArrays
 from solver.cpsat.qos import QosRules
+from solver.fairshare import boosts
 from solver.plan import Plan
 from solver.rules import topology_domain
 from solver.types import GPU, MILLI, Gang, PodRequest, Snapshot, Weights
@@ -37,13 +38,15 @@ DEMAND_TERM_LIMIT = 2**52
 PER_POD_NODES = 8
 
 
-def priority_weight(gang: Gang, weights: Weights) -> float:
-    """How much one milli-GPU of this gang is worth: priority plus aging, never below 1.
+def priority_weight(gang: Gang, weights: Weights, boost: float = 0.0) -> float:
+    """How much one milli-GPU of this gang is worth: priority plus aging plus its tenant's
+    fair-share ``boost`` (:func:`solver.fairshare.boosts`, >= 0), never below 1.
 
     Aging adds ``aging_per_hour`` per hour waited, so a low-priority gang eventually outranks a
     fresh high-priority one and nothing starves.
     """
-    return 1.0 + max(0, gang.priority) + weights.aging_per_hour * gang.wait_seconds / 3600.0
+    return (1.0 + max(0, gang.priority) + weights.aging_per_hour * gang.wait_seconds / 3600.0
+            + max(0.0, boost))
 
 
 def gang_demand_milli(gang: Gang) -> int:
@@ -52,15 +55,17 @@ def gang_demand_milli(gang: Gang) -> int:
     return demand if demand > 0 else CPU_ONLY_POD_VALUE_MILLI * len(gang.pods)
 
 
-def weighted_demand(gang: Gang, weights: Weights) -> float:
+def weighted_demand(gang: Gang, weights: Weights, boost: float = 0.0) -> float:
     """Priority-weighted GPU demand of a gang (the quantity CP-SAT must not lose to greedy)."""
-    return gang.gpu_demand_milli * priority_weight(gang, weights)
+    return gang.gpu_demand_milli * priority_weight(gang, weights, boost)
 
 
 def plan_weighted_demand(snapshot: Snapshot, plan: Plan) -> float:
     by_name = {g.name: g for g in snapshot.gangs}
     w = snapshot.policy.weights
-    return sum(weighted_demand(by_name[a.gang], w) for a in plan.admitted if a.gang in by_name)
+    boost = boosts(snapshot)
+    return sum(weighted_demand(by_name[a.gang], w, boost.get(by_name[a.gang].tenant, 0.0))
+               for a in plan.admitted if a.gang in by_name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +118,9 @@ class Instance:
         :data:`DEMAND_TERM_LIMIT`."""
         if self._values is None:
             w = self.weights
-            raw = [OBJECTIVE_SCALE * w.demand * gang_demand_milli(gang) * priority_weight(gang, w)
+            boost = boosts(self.snapshot)
+            raw = [OBJECTIVE_SCALE * w.demand * gang_demand_milli(gang)
+                   * priority_weight(gang, w, boost.get(gang.tenant, 0.0))
                    for gang in self.gangs]
             total = sum(raw)
             scale = DEMAND_TERM_LIMIT / total if total > DEMAND_TERM_LIMIT else 1.0

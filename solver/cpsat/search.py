@@ -41,6 +41,7 @@ import numpy as np
 
 from solver.baselines import ClusterArrays, GangPlacer
 from solver.cpsat.instance import weighted_demand
+from solver.fairshare import boosts
 from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
 from solver.queue import queue_order
@@ -75,6 +76,7 @@ def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,
     work = arrays.copy()
     queue = queue_order(snapshot)
     weights = snapshot.policy.weights
+    boost = boosts(snapshot)
     # the orders are drawn from the seed and the window's first gang: reproducible, and not
     # the same for every window of one size
     rng = np.random.default_rng([seed, zlib.crc32(queue[0].name.encode()) if queue else 0])
@@ -99,7 +101,7 @@ def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,
                 continue
             admitted.append(result)
             value += gang.gpu_demand_milli * (1 + max(0, gang.priority))
-            aged += weighted_demand(gang, weights)
+            aged += weighted_demand(gang, weights, boost.get(gang.tenant, 0.0))
             pods += len(gang.pods)
         key = (-value, -aged, -pods, float(work.frag_stats()[3].sum()))
         work.rollback()

@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+# one definition of the fair split, shared with the controller's fair sharing over time
+from solver.fairshare import weighted_max_min as weighted_max_min
 from solver.types import MILLI
 
 
@@ -133,32 +135,6 @@ def gpu_power_watts(idle_watts: float, active_watts: float, used_milli: int) -> 
 #: Board power limits from vendor data sheets; idle is a typical reading with no context.
 DEFAULT_IDLE_WATTS = 50.0
 DEFAULT_ACTIVE_WATTS = 300.0
-
-
-def weighted_max_min(
-    capacity: float, demands: Mapping[str, float], weights: Mapping[str, float]
-) -> dict[str, float]:
-    """Weighted max-min fair split of ``capacity`` over ``demands`` (water-filling): no tenant
-    gets more than it asks for, and what one leaves is shared among the rest by weight. This
-    is the share a fair scheduler would give each tenant at one instant; a tenant asking for
-    little is not counted as treated unfairly when it gets little."""
-    if capacity < 0:
-        raise ValueError("capacity must be >= 0")
-    out = {t: 0.0 for t in demands}
-    active = {t for t, d in demands.items() if d > 0}
-    left = float(capacity)
-    while active and left > 1e-12:
-        wsum = sum(weights[t] for t in active)
-        # the tenant whose demand is met first at the current water level
-        level = min((demands[t] - out[t]) / weights[t] for t in active)
-        level = min(level, left / wsum)
-        for t in list(active):
-            out[t] += level * weights[t]
-            left -= level * weights[t]
-            if demands[t] - out[t] <= 1e-9:
-                out[t] = demands[t]
-                active.discard(t)
-    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from solver.checker import check
+from solver.fairshare import (
+    UsageHistory,
+    gang_models,
+    gpu_pools,
+    observe_snapshot,
+    pooled_max_min,
+    with_history,
+)
 from solver.interference import (
     may_share,
     predicted_latency_ms,
@@ -72,6 +80,7 @@ from solver.types import (
     Snapshot,
     SolverPolicy,
 )
+from solver.workload import WorkloadRecord, with_workload
 
 #: What places a snapshot: ``solver.api.solve`` with the policy's name bound in.
 SolveFn = Callable[[Snapshot], Plan]
@@ -160,12 +169,21 @@ class TenantResult:
     fair_gpu_seconds: float
     wait_p50_s: float
     wait_p90_s: float
+    pooled_fair_gpu_seconds: float = 0.0
 
     @property
     def fair_ratio(self) -> float:
         """GPU time received over its fair share (1.0: exactly fair; None-like 1.0 when it had
         no demand at all)."""
         return self.gpu_seconds / self.fair_gpu_seconds if self.fair_gpu_seconds > 0 else 1.0
+
+    @property
+    def pooled_fair_ratio(self) -> float:
+        """GPU time received over its fair share within the GPU models its gangs may use
+        (:func:`solver.fairshare.pooled_max_min`): a tenant whose training asks for H100s is
+        not owed the L4s it cannot run on."""
+        return (self.gpu_seconds / self.pooled_fair_gpu_seconds
+                if self.pooled_fair_gpu_seconds > 0 else 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +274,8 @@ class TimedResult:
                     "entitled": t.entitled,
                     "fair_gpu_hours": t.fair_gpu_seconds / 3600,
                     "fair_ratio": t.fair_ratio,
+                    "pooled_fair_gpu_hours": t.pooled_fair_gpu_seconds / 3600,
+                    "pooled_fair_ratio": t.pooled_fair_ratio,
                     "wait_p50_s": t.wait_p50_s,
                     "wait_p90_s": t.wait_p90_s,
                 }
@@ -329,6 +349,15 @@ class _Cluster:
     waiting_milli: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     fair_milli_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     weights: dict[str, float] = field(default_factory=dict)
+    # the same fair share within the GPU models each tenant's gangs may use (pooled_max_min):
+    # held plus waiting per (tenant, models), the cluster's GPUs per model, and its integral
+    class_milli: dict[tuple[str, frozenset[str]], int] = field(
+        default_factory=lambda: defaultdict(int))
+    pools: dict[str, float] = field(default_factory=dict)
+    pooled_fair_milli_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    loaded_pooled_fair_milli_s: dict[str, float] | None = None
+    _pooled_memo: dict[tuple[tuple[tuple[str, frozenset[str]], int], ...], dict[str, float]] = \
+        field(default_factory=dict)
     # fairness is judged over the arrival period (0 .. last arrival): over the whole replay
     # every tenant eventually gets all it asked for, whatever the policy
     cutoff: float = 0.0
@@ -366,6 +395,7 @@ class _Cluster:
                 self.power_w += idle
         self.capacity_milli = self.scenario.gpu_capacity_milli
         self.weights = {t.name: t.weight for t in self.scenario.tenants}
+        self.pools = gpu_pools(self.scenario.nodes)
         self.series.append((0.0, 0.0))
 
     def advance(self, t: float) -> None:
@@ -380,6 +410,18 @@ class _Cluster:
         if self.loaded_milli_s is None:
             self.loaded_milli_s = dict(self.tenant_milli_s)
             self.loaded_fair_milli_s = dict(self.fair_milli_s)
+            self.loaded_pooled_fair_milli_s = dict(self.pooled_fair_milli_s)
+
+    def _pooled_fair(self) -> dict[str, float]:
+        key = tuple(sorted(((k, v) for k, v in self.class_milli.items() if v > 0),
+                           key=lambda kv: (kv[0][0], sorted(kv[0][1]))))
+        fair = self._pooled_memo.get(key)
+        if fair is None:
+            fair = pooled_max_min(self.pools, {k: float(v) for k, v in key}, self.weights)
+            if len(self._pooled_memo) > 4096:
+                self._pooled_memo.clear()
+            self._pooled_memo[key] = fair
+        return fair
 
     def _integrate(self, t: float) -> None:
         dt = t - self.now
@@ -398,6 +440,8 @@ class _Cluster:
             fair = weighted_max_min(self.capacity_milli, demands, self.weights)
             for name, fair_milli in fair.items():
                 self.fair_milli_s[name] += fair_milli * dt
+            for name, fair_milli in self._pooled_fair().items():
+                self.pooled_fair_milli_s[name] += fair_milli * dt
         n = len(self.ls_state)
         lat_ok = sum(1 for ok, _ in self.ls_state.values() if ok)
         ban_ok = sum(1 for _, ok in self.ls_state.values() if ok)
@@ -457,6 +501,8 @@ class _Cluster:
 
     def enqueue(self, timed: TimedGang) -> None:
         self.waiting_milli[timed.gang.tenant] += timed.gang.gpu_demand_milli
+        self.class_milli[(timed.gang.tenant, gang_models(timed.gang))] += \
+            timed.gang.gpu_demand_milli
 
     def start(self, placed: _Placed) -> None:
         tenant = placed.timed.gang.tenant
@@ -490,6 +536,9 @@ class _Cluster:
                 self.used_milli -= s.milli
                 self.tenant_milli[tenant] -= s.milli
                 touched.add(key)
+        # held or waiting, the gang is demand until it stops (a reclaimed one is enqueued again)
+        self.class_milli[(tenant, gang_models(placed.timed.gang))] -= \
+            placed.timed.gang.gpu_demand_milli
         for key in touched:
             self._judge(key)
         self.series.append((self.now, self.used_milli / self.capacity_milli))
@@ -580,12 +629,15 @@ def simulate_timed(
             break
         # 2. Play the departures and arrivals up to the window's end.
         replay.play_until(boundary)
-        # 3. A window in which nothing waits decides nothing.
+        # 3. A window in which nothing waits decides nothing (the records still see what
+        #    runs, as the controller's every batch cycle does).
         if not replay.waiting():
+            replay.record(replay.snapshot([], now=boundary), now=boundary)
             continue
-        # 4. Snapshot: what runs, and the oldest waiting gangs, tenants in turn.
+        # 4. Snapshot: what runs, and the oldest waiting gangs, tenants in turn; with what the
+        #    controller remembers across windows (fair shares over time, the target workload).
         pending = _take_pending(replay.queues, config.max_pending)
-        snapshot = replay.snapshot(pending, now=boundary)
+        snapshot = replay.record(replay.snapshot(pending, now=boundary), now=boundary)
         # 5. Solve, timed.
         plan = replay.solve(solve, snapshot)
         # 6. Check: a plan the checker rejects stops the replay.
@@ -626,6 +678,8 @@ class _Replay:
     backfilled: int = 0
     reclaimed: int = 0
     reclaim_lost_gpu_s: float = 0.0
+    usage: UsageHistory | None = None  # fair sharing over time, when the policy turns it on
+    workload: WorkloadRecord | None = None  # the learned target workload, likewise
 
     @classmethod
     def begin(cls, scenario: Scenario, config: TimedConfig) -> _Replay:
@@ -709,6 +763,24 @@ class _Replay:
             tenants=self.scenario.tenants,
             policy=self.shown,
         )
+
+    def record(self, snapshot: Snapshot, *, now: float) -> Snapshot:
+        """What the controller's cycle remembers across windows, kept the same way: record
+        ``snapshot`` (each tenant's held GPUs and fair share; the shapes of gangs seen for
+        the first time) and return it with each tenant's past and the learned target
+        workload. What the policy turns off is left out."""
+        fs, target = self.shown.fair_sharing, self.shown.target_workload
+        if fs.enabled:
+            if self.usage is None:
+                self.usage = UsageHistory(fs.half_life_s)
+            observe_snapshot(self.usage, now, snapshot)
+            snapshot = with_history(snapshot, self.usage)
+        if target.half_life_s > 0:
+            if self.workload is None:
+                self.workload = WorkloadRecord(target.half_life_s)
+            self.workload.observe(now, snapshot)
+            snapshot = with_workload(snapshot, self.workload)
+        return snapshot
 
     def solve(self, solve: SolveFn, snapshot: Snapshot) -> Plan:
         t0 = time.perf_counter()
@@ -831,9 +903,11 @@ class _Replay:
         if cluster.cutoff <= 0:  # everything arrived at once: judge the whole replay
             cluster.loaded_milli_s = dict(cluster.tenant_milli_s)
             cluster.loaded_fair_milli_s = dict(cluster.fair_milli_s)
+            cluster.loaded_pooled_fair_milli_s = dict(cluster.pooled_fair_milli_s)
         cluster.freeze_fairness()  # the clock stopped (--until) before the last arrival
         loaded = cluster.loaded_milli_s or {}
         loaded_fair = cluster.loaded_fair_milli_s or {}
+        loaded_pooled = cluster.loaded_pooled_fair_milli_s or {}
         gpu_seconds = {t: milli_s / MILLI for t, milli_s in loaded.items()}
         shares: list[TenantShare] = tenant_shares(gpu_seconds, weights)
         tenants = []
@@ -853,6 +927,7 @@ class _Replay:
                     fair_gpu_seconds=loaded_fair.get(s.tenant, 0.0) / MILLI,
                     wait_p50_s=pct["p50"],
                     wait_p90_s=pct["p90"],
+                    pooled_fair_gpu_seconds=loaded_pooled.get(s.tenant, 0.0) / MILLI,
                 )
             )
         return tenants

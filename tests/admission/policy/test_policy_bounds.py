@@ -32,6 +32,10 @@ NUMBERS = [
     ("batch.windowSeconds", BASE + "batch: {windowSeconds: X}"),
     ("solver.weights.fairness", BASE + "solver: {weights: {fairness: X}}"),
     ("solver.timeLimitSeconds", BASE + "solver: {timeLimitSeconds: X}"),
+    ("solver.fairSharing.halfLifeSeconds", BASE + "solver: {fairSharing: {halfLifeSeconds: X}}"),
+    ("solver.fairSharing.boost", BASE + "solver: {fairSharing: {boost: X}}"),
+    ("solver.targetWorkload.halfLifeSeconds",
+     BASE + "solver: {targetWorkload: {halfLifeSeconds: X}}"),
     ("sharing.fractionGrid[0]", BASE + "sharing: {fractionGrid: [X]}"),
     ("admission.maxPriority", BASE + "admission: {maxPriority: X}"),
     ("tenants[0].limits.maxGpusPerPod",
@@ -145,3 +149,17 @@ def test_the_default_qos_class_is_one_the_tenant_may_use() -> None:
         qosClasses: [{name: a}, {name: b}]
         """)
     assert "not among the tenant's allowedQosClasses (a)" in issues["tenants[0].defaultQosClass"]
+
+
+def test_fair_sharing_reaches_the_solver_and_refuses_a_negative_half_life() -> None:
+    from admission.policy.solver_view import to_solver
+
+    policy, issues = check_text(BASE + "solver: {fairSharing: {halfLifeSeconds: 7200, "
+                                "boost: 1.5}}\n")
+    assert policy is not None, issues
+    fs = to_solver(policy)[0].fair_sharing
+    assert (fs.half_life_s, fs.boost, fs.enabled) == (7200.0, 1.5, True)
+    assert "solver.fairSharing.halfLifeSeconds" in _issues(
+        BASE + "solver: {fairSharing: {halfLifeSeconds: -60}}\n")
+    assert "solver.fairSharing.halfLife" in _issues(
+        BASE + "solver: {fairSharing: {halfLife: 60}}\n")
