@@ -106,10 +106,10 @@ def passes_for(snapshot: Snapshot, time_limit: float) -> int:
     :data:`MAX_PASSES`."""
     base, first, one_pass = _cost_terms(snapshot)
     left = SEARCH_SHARE * time_limit - base - first
-    if left < one_pass:
+    if left < one_pass or left <= 0:
         return 0
     cap = 1 if len(snapshot.gangs) <= 1 else MAX_PASSES
-    return min(cap, int(left / one_pass))
+    return cap if one_pass <= 0 else min(cap, int(left / one_pass))  # no pods: a pass is free
 
 
 def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,
