@@ -53,21 +53,10 @@ def typical_pods(
     """The most popular pod shapes (CPU, GPU count, per-GPU share, models) that together cover
     ``coverage`` of ``pods``, each weighted by its share of all pods. CPU-only pods count, as
     in the paper's simulator: they are part of what arrives."""
-    return typical_shapes(Counter(
+    counts: Counter[tuple[int, int, int, frozenset[str]]] = Counter(
         (p.cpu_milli, p.gpu_count, p.gpu_milli, p.models if p.gpu_count else frozenset())
         for p in pods
-    ), coverage)
-
-
-#: A pod shape as :func:`typical_pods` counts it: CPU milli, GPU count, per-GPU milli and the
-#: allowed models (empty for a CPU-only pod).
-Shape = tuple[int, int, int, frozenset[str]]
-
-
-def typical_shapes(
-    counts: Counter[Shape], coverage: float = DEFAULT_COVERAGE
-) -> tuple[TypicalPod, ...]:
-    """:func:`typical_pods` from pods already counted by shape (no pod objects needed)."""
+    )
     total = sum(counts.values())
     if total == 0:
         return ()

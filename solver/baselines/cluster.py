@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from itertools import chain, repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from solver.eligibility import node_allows
-from solver.fragmentation import FragTable, Shape, typical_shapes
+from solver.fragmentation import FragTable, typical_pods
 from solver.interference import profile_for, resolve_profiles
 from solver.rules import gpu_memory_demand, quota_usage_milli, sharing_problem
 from solver.types import MILLI, PodRequest, Snapshot, TypicalPod
@@ -425,15 +426,15 @@ class ClusterArrays:
 
 
 def _workload_of(snapshot: Snapshot) -> tuple[TypicalPod, ...]:
-    """The typical shapes of the pending and running pods, counted by shape directly (a
-    running pod counts as a pod of its CPU and GPUs, no models; building a pod object per
-    running pod cost ~30 ms on the openb cluster)."""
-    counts: Counter[Shape] = Counter(
-        (p.cpu_milli, p.gpu_count, p.gpu_milli, p.models if p.gpu_count else frozenset())
-        for g in snapshot.gangs for p in g.pods)
-    none: frozenset[str] = frozenset()
+    """The typical shapes of the pending and running pods. A running pod counts as a pod of its
+    CPU and GPUs; one pod object is built per distinct shape and counted as often as it occurs
+    (one per running pod cost ~30 ms on the openb cluster)."""
+    running: Counter[tuple[int, int, int]] = Counter()
     for r in snapshot.running:
         k = len(r.gpus)
-        counts[(r.cpu_milli, k, 0 if k == 0 else MILLI if k > 1 else r.gpus[0].milli,
-                none)] += 1
-    return typical_shapes(counts)
+        running[(r.cpu_milli, k, 0 if k == 0 else MILLI if k > 1 else r.gpus[0].milli)] += 1
+    shapes = [(PodRequest(name="running", cpu_milli=cpu, gpu_count=k, gpu_milli=milli), n)
+              for (cpu, k, milli), n in running.items()]
+    pods = chain((p for g in snapshot.gangs for p in g.pods),
+                 chain.from_iterable(repeat(pod, n) for pod, n in shapes))
+    return typical_pods(pods)
