@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from solver.baselines.cluster import BoolArray, ClusterArrays, Saved
+from solver.baselines.cluster import BoolArray, ClusterArrays, IntArray, Saved
 from solver.baselines.policies import POLICIES, Policy
 from solver.eligibility import why_not
 from solver.names import SolverName
 from solver.plan import GangPlacement, PodPlacement
 from solver.queue import quota_reason
-from solver.rules import quota_usage_milli
 from solver.types import Gang, GpuShare, PodRequest, TopologyMode
 
 #: How many domains a gang with a required topology is tried in before it is deferred.
@@ -41,7 +40,7 @@ class GangPlacer:
             raise ValueError(f"unknown greedy policy {self.policy_name!r}; "
                              f"choose one of {', '.join(sorted(POLICIES))}")
         self.policy: Policy = POLICIES[self.policy_name]
-        self.used = dict(quota_usage_milli(self.state.snapshot)) | self.used
+        self.used = dict(self.state.quota_used()) | self.used
         if self.policy_name == SolverName.FGD:
             # FGD's scores tie often; ties go to the first node of one seeded order, drawn
             # once, as the paper's simulator names its nodes with a seeded random prefix and
@@ -74,8 +73,12 @@ class GangPlacer:
             GpuShare(index=int(self.state.gindex[row, s]), milli=pod.gpu_milli) for s in slots))
 
     def _try(
-        self, pods: list[PodRequest], nodes: BoolArray | None, slots: BoolArray | None
+        self, pods: list[PodRequest], nodes: BoolArray | None, slots: BoolArray | None,
+        rows: IntArray | None = None,
     ) -> list[tuple[PodRequest, int, list[int]]] | str:
+        """Place ``pods`` on ``nodes`` (a mask; None: any) and GPU ``slots`` (None: any).
+        ``rows``: the node rows of the domain that ``nodes`` or ``slots`` stand for, so that
+        only they are scanned (the same choices as a scan of the whole cluster)."""
         st = self.state
         journal: list[Saved] = []
         placed: list[tuple[PodRequest, int, list[int]]] = []
@@ -83,6 +86,14 @@ class GangPlacer:
         for pod in pods:
             if fast is not None and nodes is None and slots is None and fast.applies(pod):
                 choice = fast.choose(pod)  # FGD's own choice, only changed nodes rescored
+            elif rows is not None and (slots is None or pod.gpu_count > 0):
+                # a CPU-only pod of an NVLink-domain gang may go anywhere: the long way below
+                fit, gpus = st.fits_on(pod, rows)
+                if gpus is not None:
+                    if slots is not None:
+                        gpus &= slots
+                    fit[rows] = gpus[rows].sum(axis=1) >= pod.gpu_count
+                choice = self.policy(st, pod, fit, gpus, self.rng)
             else:
                 fit = st.node_fits(pod)
                 if nodes is not None:
@@ -123,11 +134,11 @@ class GangPlacer:
         elif self.policy_name != SolverName.FIRSTFIT:
             candidates = candidates[np.argsort(room[candidates], kind="stable")]
         for dom in candidates[:MAX_DOMAIN_TRIES]:
+            mask, rows = _domain(st, level, int(dom))
             if gpu_dom is not None:
-                placed = self._try(pods, None, gpu_dom == dom)
+                placed = self._try(pods, None, mask, rows)
             else:
-                assert node_dom is not None
-                placed = self._try(pods, node_dom == dom, None)
+                placed = self._try(pods, mask, None, rows)
             if not isinstance(placed, str):
                 return placed
         return f"no single {level} domain has room for the whole gang"
@@ -141,8 +152,35 @@ class GangPlacer:
                 f"{pod.memory_mib} MiB and {pod.gpu_count} x {pod.gpu_milli} milli-GPU")
 
 
+def _domain(st: ClusterArrays, level: str, dom: int) -> tuple[BoolArray, IntArray]:
+    """Domain ``dom`` of ``level``: its mask (GPU slots for ``nvlink``, else nodes) and its
+    node rows; cached on the layout."""
+    key = ("domain", level, dom)
+    known = st.domain_cache.get(key)
+    if known is None:
+        gpu_dom, node_dom = _domains(st, level)
+        if gpu_dom is not None:
+            mask = gpu_dom == dom
+            known = (mask, np.flatnonzero(mask.any(axis=1)))
+        else:
+            assert node_dom is not None
+            mask = node_dom == dom
+            known = (mask, np.flatnonzero(mask))
+        st.domain_cache[key] = known
+    return known  # type: ignore[return-value]
+
+
 def _domains(st: ClusterArrays, level: str) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Domain ids per GPU slot (``nvlink``) or per node (other levels; -1: in none)."""
+    """Domain ids per GPU slot (``nvlink``) or per node (other levels; -1: in none); cached on
+    the layout."""
+    known = st.domain_cache.get(("ids", level))
+    if known is None:
+        known = _domain_ids(st, level)
+        st.domain_cache[("ids", level)] = known
+    return known  # type: ignore[return-value]
+
+
+def _domain_ids(st: ClusterArrays, level: str) -> tuple[np.ndarray | None, np.ndarray | None]:
     ids: dict[str, int] = {}
     if level == "nvlink":
         gpu_dom = np.full(st.gfree.shape, -1, dtype=np.int64)

@@ -24,12 +24,11 @@ checker accepts, like the greedy hint it replaces. The passes are ranked by, in 
   over nodes);
 - the earliest pass.
 
-How many FGD passes: as many as fit in :data:`SEARCH_SHARE` of the time limit by a fixed cost
-model (:data:`SECONDS_PER_POD_NODE`, measured on the openb cluster), between 1 and
-:data:`MAX_PASSES`. The count depends on the window and the time limit only, never on measured
-time, so a solve stays reproducible for a fixed seed. On the FGD-protocol replay of the
-default openb pod list the gain over one FGD pass grows with the passes, most of it by 12-16
-(bench/trace_replay.md).
+How many FGD passes: as many as the cost model (:func:`search_cost`) fits in
+:data:`SEARCH_SHARE` of the time limit, between 1 and :data:`MAX_PASSES`. The count depends on
+the window, the cluster and the time limit only, never on measured time, so a solve stays
+reproducible for a fixed seed. On the FGD-protocol replay of the default openb pod list the
+gain over one FGD pass grows with the passes, most of it by 12-16 (bench/trace_replay.md).
 """
 
 from __future__ import annotations
@@ -40,29 +39,78 @@ import zlib
 import numpy as np
 
 from solver.baselines import ClusterArrays, GangPlacer
+from solver.baselines.fgdcache import shape_of
 from solver.cpsat.instance import weighted_demand
 from solver.fairshare import boosts
 from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
 from solver.queue import queue_order
-from solver.types import Gang, Snapshot
+from solver.types import Gang, Snapshot, TopologyMode
 
 #: Most FGD passes one search makes.
 MAX_PASSES = 16
-#: Share of the time limit the passes may take, by the cost model below.
-SEARCH_SHARE = 0.4
-#: Cost model of one FGD pass: seconds per pod of the window and node of the cluster
-#: (~0.3 ms per pod on the openb cluster's 1,213 nodes: bench/solve_scale.md).
-SECONDS_PER_POD_NODE = 2.5e-7
+#: Share of the time limit the whole search (setup, the best-fit pass, the FGD passes) may
+#: take by the cost model below, which is a quiet machine's. A loaded machine takes two or
+#: three times as long (the shared 2-core development machine under other work): the search
+#: then still leaves the model, CP-SAT and the checker their time within the limit
+#: (bench/solve_scale.md). 0.2 gives 10 FGD passes to a 128-pod openb window at 1 s, as the
+#: old model did (bench/controller_replay.md), and 2 to a 64-pod window at 0.25 s.
+SEARCH_SHARE = 0.2
+
+# The cost model: seconds on a quiet machine, fitted on the openb cluster (1,213 nodes, windows
+# of 16 to 256 pods) and on the generated clusters of bench/solve_scale.py (500 to 10,000
+# nodes, ~97 % full, gangs that must stay in one rack).
+#: Setup per node and per running pod: the free state copied, the target workload counted, the
+#: fragmentation table built.
+SETUP_PER_NODE = 3e-6
+SETUP_PER_RUNNING = 1e-6
+#: Every pass, per pod: the placer's own work, the node it lands on rescored, the pass undone.
+#: Passes after the first FGD pass pay little more, as FGD's scores are cached per pod shape
+#: (:mod:`solver.baselines.fgdcache`) and only the changed nodes are rescored.
+PASS_PER_POD = 1e-4
+PASS_PER_POD_NODE = 1.2e-8
+#: A pod of a gang that must stay in one domain is tried domain by domain, over a full cluster
+#: often in many before it fits or is deferred.
+PASS_PER_DOMAIN_POD = 3e-4
+#: The best-fit pass scores every node for every pod; the first FGD pass every node for every
+#: pod shape (later passes reuse those scores).
+BESTFIT_PER_POD_NODE = 6e-8
+FGD_FIRST_PER_SHAPE_NODE = 3.5e-7
+
+
+def _cost_terms(snapshot: Snapshot) -> tuple[float, float, float]:
+    """The cost model's terms for ``snapshot``: the search without FGD passes, what the first
+    FGD pass adds to any pass, and one pass."""
+    pods = sum(len(g.pods) for g in snapshot.gangs)
+    domain_pods = sum(len(g.pods) for g in snapshot.gangs
+                      if g.topology is not None and g.topology.mode == TopologyMode.REQUIRED)
+    nodes = len(snapshot.nodes)
+    shapes = len({shape_of(p) for g in snapshot.gangs for p in g.pods})
+    setup = SETUP_PER_NODE * nodes + SETUP_PER_RUNNING * len(snapshot.running)
+    one_pass = pods * (PASS_PER_POD + PASS_PER_POD_NODE * nodes) + (
+        domain_pods * PASS_PER_DOMAIN_POD)
+    return (setup + one_pass + BESTFIT_PER_POD_NODE * pods * nodes,
+            FGD_FIRST_PER_SHAPE_NODE * shapes * nodes, one_pass)
+
+
+def search_cost(snapshot: Snapshot, passes: int) -> float:
+    """What the search with ``passes`` FGD passes costs on a quiet machine by the cost model
+    (seconds): setup and the best-fit pass, the first FGD pass's scoring of every node and
+    ``passes`` FGD passes. A function of the snapshot's sizes and pod shapes only."""
+    base, first, one_pass = _cost_terms(snapshot)
+    return base + (first + passes * one_pass if passes else 0.0)
 
 
 def passes_for(snapshot: Snapshot, time_limit: float) -> int:
-    """FGD passes that fit in the search's share of ``time_limit``: 0 (best-fit alone) when
-    not even one does, 1 for a window of one gang, at most :data:`MAX_PASSES`."""
-    pods = sum(len(g.pods) for g in snapshot.gangs)
-    cost = max(1, pods) * max(1, len(snapshot.nodes)) * SECONDS_PER_POD_NODE
-    fit = min(MAX_PASSES, int(SEARCH_SHARE * time_limit / cost))
-    return min(fit, 1) if len(snapshot.gangs) <= 1 else fit
+    """FGD passes that fit in the search's share of ``time_limit`` by :func:`search_cost`: 0
+    (best-fit alone) when not even one does, 1 for a window of one gang, at most
+    :data:`MAX_PASSES`."""
+    base, first, one_pass = _cost_terms(snapshot)
+    left = SEARCH_SHARE * time_limit - base - first
+    if left < one_pass or left <= 0:
+        return 0
+    cap = 1 if len(snapshot.gangs) <= 1 else MAX_PASSES
+    return cap if one_pass <= 0 else min(cap, int(left / one_pass))  # no pods: a pass is free
 
 
 def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,

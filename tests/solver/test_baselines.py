@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solver.baselines import NAMES, place
+from solver.baselines import NAMES, ClusterArrays, GangPlacer, place
+from solver.baselines.cluster import BoolArray, IntArray
 from solver.checker import check
 from solver.types import (
     GPU,
@@ -201,3 +203,38 @@ def test_every_policy_plan_passes_the_checker(snap: Snapshot, seed: int) -> None
         plan = place(snap, name, seed=seed)
         assert check(snap, plan) == [], name
         assert len(plan.admitted) + len(plan.deferred) == len(snap.gangs)
+
+
+class _WholeScan(GangPlacer):
+    """A placer that scans the whole cluster for every domain a gang is tried in (as before
+    domains were scanned alone)."""
+
+    def _try(self, pods: list[PodRequest], nodes: BoolArray | None, slots: BoolArray | None,
+             rows: IntArray | None = None) -> list[tuple[PodRequest, int, list[int]]] | str:
+        return super()._try(pods, nodes, slots, None)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snap=snapshots(), seed=st.integers(0, 5))
+def test_a_domain_scanned_alone_gets_the_whole_scans_choices(snap: Snapshot, seed: int) -> None:
+    for name in NAMES:
+        plans = []
+        for cls in (GangPlacer, _WholeScan):
+            placer = cls(ClusterArrays(snap), name, np.random.default_rng(seed))
+            plans.append([placer.place(g) for g in snap.gangs])
+        assert plans[0] == plans[1], name
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snap=snapshots())
+def test_the_target_workload_is_counted_as_from_pod_objects(snap: Snapshot) -> None:
+    from solver.baselines.cluster import _workload_of
+    from solver.fragmentation import typical_pods
+    from solver.types import MILLI
+
+    pods = [p for g in snap.gangs for p in g.pods]
+    for r in snap.running:
+        milli = max((s.milli for s in r.gpus), default=0)
+        pods.append(PodRequest(name=r.name, cpu_milli=r.cpu_milli, gpu_count=len(r.gpus),
+                               gpu_milli=milli if len(r.gpus) <= 1 else MILLI))
+    assert _workload_of(snap) == typical_pods(pods)

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from solver.baselines import ClusterArrays, GangPlacer, place
 from solver.baselines.cluster import ClusterArrays as Arrays
 from solver.checker import check
-from solver.cpsat.search import passes_for, search
+from solver.cpsat.search import SEARCH_SHARE, passes_for, search, search_cost
 from solver.cpsat.solve import plan_value
 from solver.names import SolverName
 from solver.types import Snapshot
@@ -62,3 +62,8 @@ def test_passes_follow_the_time_limit_not_the_clock() -> None:
     assert passes_for(s, 0.001) == 0
     assert passes_for(s, 0.25) < passes_for(s, 1.0) <= 16
     assert passes_for(Snapshot(nodes=nodes, gangs=gangs[:1]), 10.0) == 1
+    assert passes_for(Snapshot(nodes=nodes), 1.0) == 1  # no pods (a part dealt none)
+    assert passes_for(Snapshot(nodes=nodes), 1e-6) == 0
+    for limit in (0.1, 0.25, 1.0):  # the most passes the cost model fits in the share
+        n = passes_for(s, limit)
+        assert search_cost(s, n) <= SEARCH_SHARE * limit < search_cost(s, n + 1) or n == 16
