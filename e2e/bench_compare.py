@@ -172,10 +172,10 @@ class Workload:
         return max(g.arrival_s for g in self.gangs)
 
     def quotas(self) -> dict[str, int]:
-        """Each tenant's nominal quota: its weight's part of the cluster's GPUs, rounded down
-        (the sum never exceeds the cluster)."""
-        total = sum(self.weights.values())
-        return {t: int(self.capacity_gpus * w / total) for t, w in self.weights.items()}
+        """Each tenant's nominal quota: its weight's part of the cluster's GPUs, by largest
+        remainder (the sum is the cluster's GPUs; with Kueue's per-model split, each tenant's
+        GPUs over all flavors, see :func:`kueue_cluster_queues`)."""
+        return split_by_weight(self.capacity_gpus, self.weights)
 
 
 _DNS = re.compile(r"[^a-z0-9-]+")
@@ -393,25 +393,58 @@ def kueue_api_version() -> str:
     return dk.KUEUE_API.rsplit("/", 1)[1]
 
 
+def split_by_weight(total: int, weights: Mapping[str, float]) -> dict[str, int]:
+    """``total`` split between the tenants by weight, rounded by largest remainder (ties: the
+    tenants' order): the parts sum to ``total`` exactly."""
+    w = sum(weights.values())
+    exact = {t: total * x / w for t, x in weights.items()}
+    out = {t: math.floor(v) for t, v in exact.items()}
+    order = sorted(weights, key=lambda t: (-(exact[t] - out[t]), list(weights).index(t)))
+    for t in order[:total - sum(out.values())]:
+        out[t] += 1
+    return out
+
+
+def kueue_flavors(workload: Workload) -> list[tuple[str, str, list[Node]]]:
+    """One ResourceFlavor per GPU model, ``(flavor, model, its nodes)``, in the order a
+    ClusterQueue tries them: smallest GPU memory first, then fewest GPUs (a pod that may run on
+    any model tries the models fewest pods require first)."""
+    by_model: dict[str, list[Node]] = {}
+    for n in workload.nodes:
+        if n.gpus:
+            by_model.setdefault(n.gpus[0].model, []).append(n)
+    order = sorted(by_model, key=lambda m: (by_model[m][0].gpus[0].memory_mib,
+                                            sum(len(n.gpus) for n in by_model[m]), m))
+    return [(f"gpu-{dns_name(m)}", m, by_model[m]) for m in order]
+
+
 def kueue_cluster_queues(api: client.ApiClient, workload: Workload,
                          namespaces: Mapping[str, str]) -> None:
-    """One ClusterQueue per tenant in one cohort (nominal quota: the tenant's, borrowing
-    unlimited, reclaimWithinCohort Any, BestEffortFIFO, fair-sharing weight), one
-    ResourceFlavor, and the LocalQueue ``bench`` in each tenant's namespace."""
+    """One ResourceFlavor per GPU model (``nodeLabels``: the model's
+    ``nvidia.com/gpu.product``, as Kueue's docs set up heterogeneous GPUs), one ClusterQueue
+    per tenant in one cohort (each flavor's GPUs, CPU and memory split between the tenants by
+    weight, borrowing unlimited, reclaimWithinCohort Any, BestEffortFIFO, fair-sharing weight),
+    and the LocalQueue ``bench`` in each tenant's namespace.
+
+    One flavor for every GPU (as this harness had until 2026-12-04) makes Kueue's quota blind
+    to models: it admitted gangs that need A100/H100 while those nodes were full of pods that
+    could run anywhere, their pods waited Unschedulable holding 16 of the 45 GPUs of quota, and
+    Kueue then had no quota left for the pods the idle L4 and T4 GPUs could run."""
     flavors = kube.resource(api, dk.KUEUE_API, "ResourceFlavor")
     cqs = kube.resource(api, dk.KUEUE_API, "ClusterQueue")
     lqs = kube.resource(api, dk.KUEUE_API, "LocalQueue")
-    kube.create_once(flavors.create, body={"apiVersion": dk.KUEUE_API, "kind": "ResourceFlavor",
-                                           "metadata": {"name": "gpu"}})
     cohort_key = "cohort" if kueue_api_version() == "v1beta1" else "cohortName"
-    cpu = sum(n.cpu_milli for n in workload.nodes) // 1000 + 1
-    mem = sum(n.memory_mib for n in workload.nodes) + 1
-    total = sum(workload.weights.values())
-    for tenant, quota in workload.quotas().items():
-        share = workload.weights[tenant] / total
-        resources = [{"name": "cpu", "nominalQuota": str(math.ceil(cpu * share))},
-                     {"name": "memory", "nominalQuota": f"{math.ceil(mem * share)}Mi"},
-                     {"name": "nvidia.com/gpu", "nominalQuota": str(quota)}]
+    per_flavor = []
+    for flavor, model, nodes in kueue_flavors(workload):
+        kube.create_once(flavors.create, body={
+            "apiVersion": dk.KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor},
+            "spec": {"nodeLabels": {"nvidia.com/gpu.product": model}}})
+        per_flavor.append((flavor, {
+            "nvidia.com/gpu": split_by_weight(sum(len(n.gpus) for n in nodes),
+                                              workload.weights),
+            "cpu": split_by_weight(sum(n.cpu_milli for n in nodes), workload.weights),
+            "memory": split_by_weight(sum(n.memory_mib for n in nodes), workload.weights)}))
+    for tenant in workload.weights:
         kube.create_once(cqs.create, body={
             "apiVersion": dk.KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": tenant},
             "spec": {
@@ -420,8 +453,14 @@ def kueue_cluster_queues(api: client.ApiClient, workload: Workload,
                 "queueingStrategy": "BestEffortFIFO",
                 "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "Never"},
                 "fairSharing": {"weight": str(workload.weights[tenant])},
-                "resourceGroups": [{"coveredResources": [r["name"] for r in resources],
-                                    "flavors": [{"name": "gpu", "resources": resources}]}]}})
+                "resourceGroups": [{
+                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                    "flavors": [{"name": flavor, "resources": [
+                        {"name": "cpu", "nominalQuota": f"{q['cpu'][tenant]}m"},
+                        {"name": "memory", "nominalQuota": f"{q['memory'][tenant]}Mi"},
+                        {"name": "nvidia.com/gpu",
+                         "nominalQuota": str(q["nvidia.com/gpu"][tenant])}]}
+                        for flavor, q in per_flavor]}]}})
         kube.create_once(lqs.create, namespace=namespaces[tenant], body={
             "apiVersion": dk.KUEUE_API, "kind": "LocalQueue", "metadata": {"name": QUEUE},
             "spec": {"clusterQueue": tenant}})
@@ -521,6 +560,14 @@ def berth_policy(workload: Workload, namespaces: Mapping[str, str], *, backend: 
     rsv = solver.setdefault("reservations", {})
     rsv["afterSeconds"] = rsv.get("afterSeconds", 300) / compress
     rsv["horizonSeconds"] = rsv.get("horizonSeconds", 21600) / compress
+    # Kueue (reclaimWithinCohort: Any) and Volcano (the reclaim action) take lent quota back
+    # for a tenant waiting within its quota; so does standalone Berth here (off by default).
+    # Without it a tenant that asks for less than its share waits for borrowers to end (openb,
+    # 2026-12-04: team-a 0.78 of its fair share against Kueue's 0.97). In front of Kueue,
+    # Kueue's own ClusterQueues reclaim (the same as the kueue row's).
+    rc = solver.setdefault("reclaim", {})
+    rc["enabled"] = backend == "standalone"
+    rc["minRuntimeSeconds"] = rc.get("minRuntimeSeconds", 300) / compress
     doc["release"] = {"backend": backend}
     return doc
 
