@@ -45,5 +45,7 @@ def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
             else:
                 x = v.place.get((pi, pp.node))
             if x is not None:
-                terms.append(value * x)
+                # a penalty for moving the pod, none for leaving its gang out: which gangs are
+                # admitted is for the demand, aging and fairness terms to decide
+                terms.append(value * (x - v.admit[gi]))
     return [("stay", sum(terms))] if terms else []
