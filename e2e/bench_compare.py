@@ -379,7 +379,8 @@ class System:
             fair_sharing=True)
         self.pgids.append(manager.record.pgid)
         try:
-            kueue_cluster_queues(self.e2e.api, self.workload, self.namespaces)
+            kueue_cluster_queues(self.e2e.api, self.workload, self.namespaces,
+                                 one_flavor=getattr(self.args, "kueue_one_flavor", False))
             yield
         finally:
             dk.stop_manager(self.e2e.api, manager)
@@ -405,10 +406,13 @@ def split_by_weight(total: int, weights: Mapping[str, float]) -> dict[str, int]:
     return out
 
 
-def kueue_flavors(workload: Workload) -> list[tuple[str, str, list[Node]]]:
+def kueue_flavors(workload: Workload, *, one_flavor: bool = False
+                  ) -> list[tuple[str, str | None, list[Node]]]:
     """One ResourceFlavor per GPU model, ``(flavor, model, its nodes)``, in the order a
-    ClusterQueue tries them: smallest GPU memory first, then fewest GPUs (a pod that may run on
-    any model tries the models fewest pods require first)."""
+    ClusterQueue tries them: smallest GPU memory first, then fewest GPUs. ``one_flavor``: one
+    flavor ``gpu`` for every node, no node labels (this harness's setup before 2026-12-04)."""
+    if one_flavor:
+        return [("gpu", None, [n for n in workload.nodes if n.gpus])]
     by_model: dict[str, list[Node]] = {}
     for n in workload.nodes:
         if n.gpus:
@@ -419,7 +423,7 @@ def kueue_flavors(workload: Workload) -> list[tuple[str, str, list[Node]]]:
 
 
 def kueue_cluster_queues(api: client.ApiClient, workload: Workload,
-                         namespaces: Mapping[str, str]) -> None:
+                         namespaces: Mapping[str, str], *, one_flavor: bool = False) -> None:
     """One ResourceFlavor per GPU model (``nodeLabels``: the model's
     ``nvidia.com/gpu.product``, as Kueue's docs set up heterogeneous GPUs), one ClusterQueue
     per tenant in one cohort (each flavor's GPUs, CPU and memory split between the tenants by
@@ -435,10 +439,10 @@ def kueue_cluster_queues(api: client.ApiClient, workload: Workload,
     lqs = kube.resource(api, dk.KUEUE_API, "LocalQueue")
     cohort_key = "cohort" if kueue_api_version() == "v1beta1" else "cohortName"
     per_flavor = []
-    for flavor, model, nodes in kueue_flavors(workload):
+    for flavor, model, nodes in kueue_flavors(workload, one_flavor=one_flavor):
         kube.create_once(flavors.create, body={
             "apiVersion": dk.KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor},
-            "spec": {"nodeLabels": {"nvidia.com/gpu.product": model}}})
+            "spec": {"nodeLabels": {"nvidia.com/gpu.product": model}} if model else {}})
         per_flavor.append((flavor, {
             "nvidia.com/gpu": split_by_weight(sum(len(n.gpus) for n in nodes),
                                               workload.weights),
@@ -1074,6 +1078,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="a few minutes: the first 16 gangs of the default workload, "
                     "compressed 40x, every system")
     ap.add_argument("--no-simulate", action="store_true")
+    ap.add_argument("--kueue-one-flavor", action="store_true",
+                    help="Kueue's ClusterQueues with one ResourceFlavor for every GPU (the "
+                    "setup before 2026-12-04; rows named 'kueue (one flavor)')")
     ap.add_argument("--keep", action="store_true", help="keep each run's cluster directory")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown report here")
     ap.add_argument("--json", type=Path, default=None, help="write every row here")
@@ -1116,6 +1123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             t = time.monotonic()
             try:
                 row = run_system(wl, name, args, stages)
+                if args.kueue_one_flavor and name in ("kueue", "berth-kueue"):
+                    row["system"] += " (one flavor)"
             except Exception as exc:  # one system's failure must not lose the others' rows
                 failures += 1
                 print(f"  {name}: FAILED: {type(exc).__name__}: {exc}", flush=True)

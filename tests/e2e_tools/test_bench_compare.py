@@ -160,3 +160,10 @@ def test_a_model_without_known_memory_is_left_out_of_the_policy(tmp_path: Path) 
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(doc))
     load_policy(path)
+
+
+def test_kueue_one_flavor_is_every_gpu_node_unlabelled() -> None:
+    wl = bc.default_workload(0, 30)
+    [(flavor, model, nodes)] = bc.kueue_flavors(wl, one_flavor=True)
+    assert (flavor, model) == ("gpu", None)
+    assert sum(len(n.gpus) for n in nodes) == wl.capacity_gpus
