@@ -594,7 +594,8 @@ class Berth(System):
                 # one flavor: Berth chooses each pod's node and pins it there by hostname;
                 # Kueue picks a flavor by quota alone (the pin names no model), so a flavor
                 # per model sends the pod to another model's nodes than its pin: Unschedulable
-                # (openb, 2026-12-04: 15 of 200 never started, every one of them so)
+                # (openb, 2026-12-04: 15 of 200 never started, 11 of them so; default: 35 of
+                # 140, most held at Kueue's admission gate)
                 stack.enter_context(self.kueue(("pod",), one_flavor=True))
             hook = stack.enter_context(berth_webhook(
                 self.e2e, self.work / "berth", self.namespaces, serve=True, policy_doc=doc))
