@@ -10,8 +10,9 @@ the delay in the pod's ``pod-complete.stage.kwok.x-k8s.io/delay`` annotation), s
 and capacity frees as in a real cluster. Each system gets the gangs in its own vocabulary:
 
 - ``kube-scheduler``: the Jobs as they are.
-- ``kueue``: Kueue (batch/job integration) with one ClusterQueue per tenant in one cohort,
-  nominal quota = the tenant's quota, borrowing without limit, preemption
+- ``kueue``: Kueue (batch/job integration) with one ResourceFlavor per GPU model (node label
+  ``nvidia.com/gpu.product``) and one ClusterQueue per tenant in one cohort, nominal quota of
+  each flavor split by weight (the tenant's quota in all), borrowing without limit, preemption
   ``reclaimWithinCohort: Any``, ``BestEffortFIFO``, fair sharing by the tenants' weights; the
   Jobs carry ``kueue.x-k8s.io/queue-name``.
 - ``volcano``: the Volcano scheduler with gang, proportion, DRF, predicates, binpack and the
@@ -19,9 +20,11 @@ and capacity frees as in a real cluster. Each system gets the gangs in its own v
   the whole cluster), one PodGroup per gang (``minMember`` = its pods); the pods carry
   ``schedulerName: volcano`` and the group annotation.
 - ``berth``: ``berth serve`` (standalone release) with the same tenants, weights and quotas
-  (borrowing on); the pods state their gang size (``berth.dev/gang-size``).
+  (borrowing on, reclaim on as Kueue's and Volcano's); the pods state their gang size
+  (``berth.dev/gang-size``).
 - ``berth-kueue``: ``berth serve`` with ``release.backend: kueue`` in front of Kueue (its pod
-  integration) with the same ClusterQueues.
+  integration) with the same ClusterQueues but one ResourceFlavor for every GPU (Berth chooses
+  the node; see :meth:`Berth.running`).
 
 Every pod carries its allowed GPU models as required node affinity (every system honours it;
 Berth also reads ``berth.dev/gpu-models``) and ``activeDeadlineSeconds`` of ``--deadline-factor``
@@ -172,10 +175,10 @@ class Workload:
         return max(g.arrival_s for g in self.gangs)
 
     def quotas(self) -> dict[str, int]:
-        """Each tenant's nominal quota: its weight's part of the cluster's GPUs, rounded down
-        (the sum never exceeds the cluster)."""
-        total = sum(self.weights.values())
-        return {t: int(self.capacity_gpus * w / total) for t, w in self.weights.items()}
+        """Each tenant's nominal quota: its weight's part of the cluster's GPUs, by largest
+        remainder (the sum is the cluster's GPUs; with Kueue's per-model split, each tenant's
+        GPUs over all flavors, see :func:`kueue_cluster_queues`)."""
+        return split_by_weight(self.capacity_gpus, self.weights)
 
 
 _DNS = re.compile(r"[^a-z0-9-]+")
@@ -369,8 +372,9 @@ class System:
         return [pid for pgid in self.pgids for pid in group_members(pgid)]
 
     @contextlib.contextmanager
-    def kueue(self, frameworks: tuple[str, ...]) -> Iterator[None]:
-        """Kueue's manager for ``frameworks`` with fair sharing, and the tenants' queues."""
+    def kueue(self, frameworks: tuple[str, ...], *, one_flavor: bool) -> Iterator[None]:
+        """Kueue's manager for ``frameworks`` with fair sharing, and the tenants' queues
+        (:func:`kueue_cluster_queues`)."""
         assert self.e2e.local is not None
         manager = dk.start_manager(
             self.e2e.api, processes.spawner(self.work / "kueue"), pki=self.e2e.local.pki,
@@ -379,7 +383,8 @@ class System:
             fair_sharing=True)
         self.pgids.append(manager.record.pgid)
         try:
-            kueue_cluster_queues(self.e2e.api, self.workload, self.namespaces)
+            kueue_cluster_queues(self.e2e.api, self.workload, self.namespaces,
+                                 one_flavor=one_flavor)
             yield
         finally:
             dk.stop_manager(self.e2e.api, manager)
@@ -393,25 +398,61 @@ def kueue_api_version() -> str:
     return dk.KUEUE_API.rsplit("/", 1)[1]
 
 
+def split_by_weight(total: int, weights: Mapping[str, float]) -> dict[str, int]:
+    """``total`` split between the tenants by weight, rounded by largest remainder (ties: the
+    tenants' order): the parts sum to ``total`` exactly."""
+    w = sum(weights.values())
+    exact = {t: total * x / w for t, x in weights.items()}
+    out = {t: math.floor(v) for t, v in exact.items()}
+    order = sorted(weights, key=lambda t: (-(exact[t] - out[t]), list(weights).index(t)))
+    for t in order[:total - sum(out.values())]:
+        out[t] += 1
+    return out
+
+
+def kueue_flavors(workload: Workload, *, one_flavor: bool = False
+                  ) -> list[tuple[str, str | None, list[Node]]]:
+    """One ResourceFlavor per GPU model, ``(flavor, model, its nodes)``, in the order a
+    ClusterQueue tries them: smallest GPU memory first, then fewest GPUs. ``one_flavor``: one
+    flavor ``gpu`` for every node, no node labels (this harness's setup before 2026-12-04)."""
+    if one_flavor:
+        return [("gpu", None, [n for n in workload.nodes if n.gpus])]
+    by_model: dict[str, list[Node]] = {}
+    for n in workload.nodes:
+        if n.gpus:
+            by_model.setdefault(n.gpus[0].model, []).append(n)
+    order = sorted(by_model, key=lambda m: (by_model[m][0].gpus[0].memory_mib,
+                                            sum(len(n.gpus) for n in by_model[m]), m))
+    return [(f"gpu-{dns_name(m)}", m, by_model[m]) for m in order]
+
+
 def kueue_cluster_queues(api: client.ApiClient, workload: Workload,
-                         namespaces: Mapping[str, str]) -> None:
-    """One ClusterQueue per tenant in one cohort (nominal quota: the tenant's, borrowing
-    unlimited, reclaimWithinCohort Any, BestEffortFIFO, fair-sharing weight), one
-    ResourceFlavor, and the LocalQueue ``bench`` in each tenant's namespace."""
+                         namespaces: Mapping[str, str], *, one_flavor: bool = False) -> None:
+    """One ResourceFlavor per GPU model (``nodeLabels``: the model's
+    ``nvidia.com/gpu.product``, as Kueue's docs set up heterogeneous GPUs), one ClusterQueue
+    per tenant in one cohort (each flavor's GPUs, CPU and memory split between the tenants by
+    weight, borrowing unlimited, reclaimWithinCohort Any, BestEffortFIFO, fair-sharing weight),
+    and the LocalQueue ``bench`` in each tenant's namespace.
+
+    One flavor for every GPU (as this harness had until 2026-12-04) makes Kueue's quota blind
+    to models: it admitted gangs that need A100/H100 while those nodes were full of pods that
+    could run anywhere, their pods waited Unschedulable holding 16 of the 45 GPUs of quota, and
+    Kueue then had no quota left for the pods the idle L4 and T4 GPUs could run."""
     flavors = kube.resource(api, dk.KUEUE_API, "ResourceFlavor")
     cqs = kube.resource(api, dk.KUEUE_API, "ClusterQueue")
     lqs = kube.resource(api, dk.KUEUE_API, "LocalQueue")
-    kube.create_once(flavors.create, body={"apiVersion": dk.KUEUE_API, "kind": "ResourceFlavor",
-                                           "metadata": {"name": "gpu"}})
     cohort_key = "cohort" if kueue_api_version() == "v1beta1" else "cohortName"
-    cpu = sum(n.cpu_milli for n in workload.nodes) // 1000 + 1
-    mem = sum(n.memory_mib for n in workload.nodes) + 1
-    total = sum(workload.weights.values())
-    for tenant, quota in workload.quotas().items():
-        share = workload.weights[tenant] / total
-        resources = [{"name": "cpu", "nominalQuota": str(math.ceil(cpu * share))},
-                     {"name": "memory", "nominalQuota": f"{math.ceil(mem * share)}Mi"},
-                     {"name": "nvidia.com/gpu", "nominalQuota": str(quota)}]
+    per_flavor = []
+    for flavor, model, nodes in kueue_flavors(workload, one_flavor=one_flavor):
+        kube.create_once(flavors.create, body={
+            "apiVersion": dk.KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor},
+            "spec": {"nodeLabels": {"nvidia.com/gpu.product": model}} if model else {}})
+        per_flavor.append((flavor, {
+            "nvidia.com/gpu": split_by_weight(sum(len(n.gpus) for n in nodes),
+                                              workload.weights),
+            "cpu": split_by_weight(sum(n.cpu_milli for n in nodes), workload.weights),
+            "memory": split_by_weight(sum(n.memory_mib for n in nodes), workload.weights)}))
+    for tenant in workload.weights:
         kube.create_once(cqs.create, body={
             "apiVersion": dk.KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": tenant},
             "spec": {
@@ -420,8 +461,14 @@ def kueue_cluster_queues(api: client.ApiClient, workload: Workload,
                 "queueingStrategy": "BestEffortFIFO",
                 "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "Never"},
                 "fairSharing": {"weight": str(workload.weights[tenant])},
-                "resourceGroups": [{"coveredResources": [r["name"] for r in resources],
-                                    "flavors": [{"name": "gpu", "resources": resources}]}]}})
+                "resourceGroups": [{
+                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                    "flavors": [{"name": flavor, "resources": [
+                        {"name": "cpu", "nominalQuota": f"{q['cpu'][tenant]}m"},
+                        {"name": "memory", "nominalQuota": f"{q['memory'][tenant]}Mi"},
+                        {"name": "nvidia.com/gpu",
+                         "nominalQuota": str(q["nvidia.com/gpu"][tenant])}]}
+                        for flavor, q in per_flavor]}]}})
         kube.create_once(lqs.create, namespace=namespaces[tenant], body={
             "apiVersion": dk.KUEUE_API, "kind": "LocalQueue", "metadata": {"name": QUEUE},
             "spec": {"clusterQueue": tenant}})
@@ -432,7 +479,8 @@ class Kueue(System):
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        with self.kueue(("batch/job",)):
+        with self.kueue(("batch/job",),
+                        one_flavor=getattr(self.args, "kueue_one_flavor", False)):
             yield
 
     def job(self, g: ReplayGang) -> dict[str, Any]:
@@ -521,6 +569,14 @@ def berth_policy(workload: Workload, namespaces: Mapping[str, str], *, backend: 
     rsv = solver.setdefault("reservations", {})
     rsv["afterSeconds"] = rsv.get("afterSeconds", 300) / compress
     rsv["horizonSeconds"] = rsv.get("horizonSeconds", 21600) / compress
+    # Kueue (reclaimWithinCohort: Any) and Volcano (the reclaim action) take lent quota back
+    # for a tenant waiting within its quota; so does standalone Berth here (off by default).
+    # Without it a tenant that asks for less than its share waits for borrowers to end (openb,
+    # 2026-12-04: team-a 0.78 of its fair share against Kueue's 0.97). In front of Kueue,
+    # Kueue's own ClusterQueues reclaim (the same as the kueue row's).
+    rc = solver.setdefault("reclaim", {})
+    rc["enabled"] = backend == "standalone"
+    rc["minRuntimeSeconds"] = rc.get("minRuntimeSeconds", 300) / compress
     doc["release"] = {"backend": backend}
     return doc
 
@@ -535,7 +591,12 @@ class Berth(System):
                            compress=self.workload.compress)
         with contextlib.ExitStack() as stack:
             if self.backend == "kueue":
-                stack.enter_context(self.kueue(("pod",)))
+                # one flavor: Berth chooses each pod's node and pins it there by hostname;
+                # Kueue picks a flavor by quota alone (the pin names no model), so a flavor
+                # per model sends the pod to another model's nodes than its pin: Unschedulable
+                # (openb, 2026-12-04: 15 of 200 never started, 11 of them so; default: 35 of
+                # 140, most held at Kueue's admission gate)
+                stack.enter_context(self.kueue(("pod",), one_flavor=True))
             hook = stack.enter_context(berth_webhook(
                 self.e2e, self.work / "berth", self.namespaces, serve=True, policy_doc=doc))
             assert hook.record is not None
@@ -1027,6 +1088,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="a few minutes: the first 16 gangs of the default workload, "
                     "compressed 40x, every system")
     ap.add_argument("--no-simulate", action="store_true")
+    ap.add_argument("--kueue-one-flavor", action="store_true",
+                    help="the kueue system's ClusterQueues with one ResourceFlavor for every "
+                    "GPU (the setup before 2026-12-04; its rows are named 'kueue (one "
+                    "flavor)'); berth-kueue always has one flavor")
     ap.add_argument("--keep", action="store_true", help="keep each run's cluster directory")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown report here")
     ap.add_argument("--json", type=Path, default=None, help="write every row here")
@@ -1069,6 +1134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             t = time.monotonic()
             try:
                 row = run_system(wl, name, args, stages)
+                if args.kueue_one_flavor and name == "kueue":
+                    row["system"] += " (one flavor)"
             except Exception as exc:  # one system's failure must not lose the others' rows
                 failures += 1
                 print(f"  {name}: FAILED: {type(exc).__name__}: {exc}", flush=True)

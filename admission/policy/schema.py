@@ -194,10 +194,11 @@ FIELD_DOCS: dict[str, str] = {
     "ObjectiveWeights.energy": "Penalty on waking idle GPUs, by their models' watts.",
     "ObjectiveWeights.interference": "Penalty on predicted slowdown next to pods already on "
     "a GPU.",
-    "ObjectiveWeights.stay": "Reward per milli-GPU (plus 100 per pod) for leaving a pod where "
-    "the order search placed it (the best of a best-fit and several FGD passes over the "
-    "window); CP-SAT moves a pod only when another term gains more. 0 lets the model's own "
-    "linearised fragmentation decide.",
+    "ObjectiveWeights.stay": "Cost per milli-GPU (plus 100 per pod) of placing a pod elsewhere "
+    "than the order search placed it (the best of a best-fit and several FGD passes over the "
+    "window); CP-SAT moves a pod only when another term gains more. Leaving the pod's gang out "
+    "costs nothing: which gangs are admitted is for the demand, aging and fairness terms. 0 "
+    "lets the model's own linearised fragmentation decide.",
     "Release.backend": "`standalone` (the default scheduler binds within Berth's placement), "
     "`kueue` (the tenant's LocalQueue, `tenants[].queues.kueue`) or `volcano` (its Queue, "
     "`tenants[].queues.volcano`).",

@@ -88,6 +88,35 @@ def test_the_policy_berth_serves_is_valid_and_scaled(tmp_path: Path, backend: st
     assert all(t.can_borrow and t.borrow_limit_milli is None for t in tenants)
     assert policy.reservations.after_s == pytest.approx(300 / 30)
     assert policy.weights.aging_per_hour == pytest.approx(0.5 * 30)
+    # standalone Berth reclaims lent quota as Kueue's ClusterQueues and Volcano's reclaim do;
+    # in front of Kueue, Kueue reclaims
+    assert policy.reclaim.enabled == (backend == "standalone")
+    assert policy.reclaim.min_run_s == pytest.approx(300 / 30)
+
+
+def test_quotas_split_by_weight_sum_to_the_whole() -> None:
+    assert bc.split_by_weight(46, {"a": 2, "b": 1, "c": 1}) == {"a": 23, "b": 12, "c": 11}
+    assert bc.split_by_weight(2, {"a": 2, "b": 1, "c": 1}) == {"a": 1, "b": 1, "c": 0}
+    assert bc.split_by_weight(0, {"a": 1, "b": 1}) == {"a": 0, "b": 0}
+    for total in range(60):
+        assert sum(bc.split_by_weight(total, {"a": 3, "b": 2.5, "c": 1}).values()) == total
+
+
+def test_kueue_gets_one_flavor_per_gpu_model_with_all_its_gpus() -> None:
+    wl = bc.default_workload(0, 30)
+    flavors = bc.kueue_flavors(wl)
+    models = {n.gpus[0].model for n in wl.nodes}
+    assert sorted(m for _, m, _ in flavors) == sorted(models)
+    assert sum(len(n.gpus) for _, _, nodes in flavors for n in nodes) == wl.capacity_gpus
+    assert all(n.gpus[0].model == m for _, m, nodes in flavors for n in nodes)
+    mem = [nodes[0].gpus[0].memory_mib for _, _, nodes in flavors]
+    assert mem == sorted(mem)  # the smallest GPUs first: any-model pods try them first
+    # each tenant's GPUs over all flavors are its quota, as Berth is given
+    per_tenant = {t: 0 for t in wl.weights}
+    for _, _, nodes in flavors:
+        for t, q in bc.split_by_weight(sum(len(n.gpus) for n in nodes), wl.weights).items():
+            per_tenant[t] += q
+    assert per_tenant == wl.quotas()
 
 
 def _seen(gang: str, **kw: float | bool | None) -> bc.PodSeen:
@@ -131,3 +160,10 @@ def test_a_model_without_known_memory_is_left_out_of_the_policy(tmp_path: Path) 
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(doc))
     load_policy(path)
+
+
+def test_kueue_one_flavor_is_every_gpu_node_unlabelled() -> None:
+    wl = bc.default_workload(0, 30)
+    [(flavor, model, nodes)] = bc.kueue_flavors(wl, one_flavor=True)
+    assert (flavor, model) == ("gpu", None)
+    assert sum(len(n.gpus) for n in nodes) == wl.capacity_gpus
