@@ -313,7 +313,7 @@ TARGET_WORKLOAD_FIELDS = ("half_life_s",)
 RESERVATION_FIELDS = ("max_gangs", "after_s", "horizon_s")
 RECLAIM_FIELDS = ("enabled", "min_run_s", "max_gangs")
 WEIGHT_FIELDS = ("demand", "aging_per_hour", "fragmentation", "topology", "fairness", "energy",
-                 "interference")
+                 "interference", "stay")
 QOS_FIELDS = ("name", "sm", "membw", "memory_mib", "latency_sensitive", "solo_latency_ms",
               "slo_ms", "exclusive", "no_share_with")
 TYPICAL_FIELDS = ("cpu_milli", "gpu_count", "gpu_milli", "models", "weight")

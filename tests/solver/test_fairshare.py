@@ -253,3 +253,4 @@ def test_bad_fair_sharing_input_names_the_field(patch: dict, field: str) -> None
     with pytest.raises(SnapshotError) as err:
         parse_snapshot(data)
     assert field in str(err.value)
+

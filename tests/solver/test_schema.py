@@ -185,3 +185,12 @@ def test_plan_to_dict_is_json_ready() -> None:
                                            "gpus": [{"index": 0, "milli": 250}]}
     assert d["deferred"] == [{"gang": "h", "reason": "capacity: full"}]
     assert d["stats"]["status"] == "OPTIMAL"
+
+
+def test_the_snapshot_format_carries_every_objective_weight() -> None:
+    """The stay weight was once left out of the format: a snapshot could not set it."""
+    data = {"nodes": [{"name": "n0", "cpu_milli": 1000, "memory_mib": 1000}],
+            "policy": {"weights": {"stay": 0.55, "fairness": 0.7}}}
+    snap = parse_snapshot(data)
+    assert (snap.policy.weights.stay, snap.policy.weights.fairness) == (0.55, 0.7)
+    assert parse_snapshot(snapshot_to_dict(snap)).policy.weights == snap.policy.weights
