@@ -675,22 +675,24 @@ def parse_policy(r: _Reader, value: object, path: str = "policy") -> SolverPolic
             reclaim = r.build(cp, Reclaim, r.flag(cd, "enabled", cp, default=False),
                               r.number(cd, "min_run_s", cp, default=300.0, lo=0.0),
                               r.integer(cd, "max_gangs", cp, default=4, hi=1024)) or reclaim
+    # a field left out takes the type's own default, as the whole object left out does
     fair_sharing = FairSharing()
     if d.get("fair_sharing") is not None:
         fp = f"{path}.fair_sharing"
         fd = r.obj(d["fair_sharing"], fp, FAIR_SHARING_FIELDS)
         if fd is not None:
-            fair_sharing = r.build(fp, FairSharing,
-                                   r.number(fd, "half_life_s", fp, default=0.0, lo=0.0),
-                                   r.number(fd, "boost", fp, default=1.0, lo=0.0,
-                                            hi=MAX_WEIGHT)) or fair_sharing
+            fair_sharing = r.build(
+                fp, FairSharing,
+                r.number(fd, "half_life_s", fp, default=fair_sharing.half_life_s, lo=0.0),
+                r.number(fd, "boost", fp, default=fair_sharing.boost, lo=0.0, hi=MAX_WEIGHT),
+            ) or fair_sharing
     target = TargetWorkload()
     if d.get("target_workload") is not None:
         tp = f"{path}.target_workload"
         td = r.obj(d["target_workload"], tp, TARGET_WORKLOAD_FIELDS)
         if td is not None:
-            target = r.build(tp, TargetWorkload,
-                             r.number(td, "half_life_s", tp, default=86_400.0, lo=0.0)) or target
+            target = r.build(tp, TargetWorkload, r.number(
+                td, "half_life_s", tp, default=target.half_life_s, lo=0.0)) or target
     return SolverPolicy(weights, levels, tuple(classes),
                         r.num_map(d, "idle_watts", path, hi=MAX_WATTS),
                         r.num_map(d, "active_watts", path, hi=MAX_WATTS), tuple(typical),

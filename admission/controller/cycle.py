@@ -44,10 +44,9 @@ from admission.controller.settings import Settings
 from admission.controller.snapshot import Built, GangInfo, GangState, Memo, build
 from admission.controller.unbound import not_bound
 from solver.checker import check
-from solver.fairshare import UsageHistory, observe_snapshot, with_history
 from solver.plan import Deferred, Plan
+from solver.records import Records
 from solver.types import MILLI, Snapshot
-from solver.workload import WorkloadRecord, with_workload
 
 log = logging.getLogger(__name__)
 
@@ -102,39 +101,10 @@ class Cycle:
         # next batch cycle on (see the module's docstring).
         self._first_seen: dict[str, int] = {}
         self._batches = 0
-        # Each tenant's held GPUs and fair share, averaged over time (solver/fairshare.py):
-        # kept by the leader in memory, so a new leader starts a fresh record.
-        self._usage: UsageHistory | None = None
-        # The pod shapes that arrived, averaged over time: FGD's target workload
-        # (solver/workload.py), kept the same way.
-        self._workload: WorkloadRecord | None = None
-
-    def _records(self, built: Built, now: datetime, *, observe: bool) -> Built:
-        """The snapshot with what the controller remembers across windows: each tenant's past
-        held GPUs and fair share (solver/fairshare.py) and the target workload learned from
-        the pods that arrived (solver/workload.py). A batch cycle's snapshot (every pending
-        gang) is recorded first; what the policy turns off is left as built."""
-        policy = self.settings.solver_policy
-        fs, target = policy.fair_sharing, policy.target_workload
-        snapshot = built.snapshot
-        t = now.timestamp()
-        if not fs.enabled:
-            self._usage = None
-        else:
-            if self._usage is None or self._usage.half_life_s != fs.half_life_s:
-                self._usage = UsageHistory(fs.half_life_s)  # a new half-life: a new record
-            if observe:
-                observe_snapshot(self._usage, t, snapshot)
-            snapshot = with_history(snapshot, self._usage)
-        if target.half_life_s <= 0:
-            self._workload = None
-        else:
-            if self._workload is None or self._workload.half_life_s != target.half_life_s:
-                self._workload = WorkloadRecord(target.half_life_s)
-            if observe:
-                self._workload.observe(t, snapshot)
-            snapshot = with_workload(snapshot, self._workload)
-        return built if snapshot is built.snapshot else replace(built, snapshot=snapshot)
+        # What the leader remembers across windows (solver/records.py): each tenant's held
+        # GPUs and fair share over time, and the learned target workload. In memory, so a new
+        # leader starts fresh records.
+        self._records = Records()
 
     @contextmanager
     def _phase(self, report: CycleReport, name: str) -> Iterator[None]:
@@ -158,7 +128,10 @@ class Cycle:
         with self._phase(report, "snapshot"):
             built = build(self.inventory.view(), self.settings, now, self._memo,
                           only=self._fast_gang if fast else None)
-            built = self._records(built, now, observe=not fast)
+            # a batch cycle's snapshot holds every pending gang: only it is recorded
+            seen = self._records.apply(built.snapshot, now.timestamp(), observe=not fast)
+            if seen is not built.snapshot:
+                built = replace(built, snapshot=seen)
             report.gangs = _count_states(built)
 
         # 1. Finish releases that were under way.

@@ -282,25 +282,36 @@ class ClusterArrays:
             self._drop_interfering(pod, ok)
         return ok
 
+    def rows_node_fit(self, pod: PodRequest, rows: IntArray) -> BoolArray:
+        """:meth:`node_fits` of ``rows`` only (one entry per row)."""
+        sub: BoolArray = self.eligible(pod)[rows] & (self.cpu[rows] >= pod.cpu_milli) & (
+            self.mem[rows] >= pod.memory_mib)
+        return sub
+
+    def rows_gpu_fit(self, pod: PodRequest, rows: IntArray, fit: BoolArray) -> BoolArray:
+        """:meth:`gpu_fits` of ``rows`` only, given their :meth:`rows_node_fit` ``fit``,
+        without the interference bans (one row of GPU slots per row)."""
+        if pod.gpu_memory_mib > 0:
+            need = np.full((rows.size, self.gfree.shape[1]), pod.gpu_memory_mib, dtype=np.int64)
+        else:
+            need = self.gmem_total[rows] * pod.gpu_milli // MILLI
+        ok: BoolArray = (self.model_ok(pod.models)[rows] & fit[:, None]
+                         & (self.gfree[rows] >= pod.gpu_milli) & (self.gmem[rows] >= need))
+        if pod.gpu_memory_mib > 0:
+            ok &= self.gmem_total[rows] > 0
+        return ok
+
     def fits_on(self, pod: PodRequest, rows: IntArray) -> tuple[BoolArray, BoolArray | None]:
         """:meth:`node_fits` and, for a GPU pod, :meth:`gpu_fits` of those nodes, computed for
         ``rows`` only (False elsewhere): the same masks as the whole-cluster calls restricted
         to ``rows``, at the cost of ``rows`` instead of the cluster (a gang tried domain by
         domain)."""
-        sub = self.eligible(pod)[rows] & (self.cpu[rows] >= pod.cpu_milli) & (
-            self.mem[rows] >= pod.memory_mib)
+        sub = self.rows_node_fit(pod, rows)
         fit: BoolArray = np.zeros(len(self.nodes), dtype=np.bool_)
         fit[rows] = sub
         if pod.gpu_count == 0:
             return fit, None
-        if pod.gpu_memory_mib > 0:
-            need = np.full((rows.size, self.gfree.shape[1]), pod.gpu_memory_mib, dtype=np.int64)
-        else:
-            need = self.gmem_total[rows] * pod.gpu_milli // MILLI
-        ok_sub = (self.model_ok(pod.models)[rows] & sub[:, None]
-                  & (self.gfree[rows] >= pod.gpu_milli) & (self.gmem[rows] >= need))
-        if pod.gpu_memory_mib > 0:
-            ok_sub &= self.gmem_total[rows] > 0
+        ok_sub = self.rows_gpu_fit(pod, rows, sub)
         ok: BoolArray = np.zeros(self.gfree.shape, dtype=np.bool_)
         ok[rows] = ok_sub
         if pod.shares_gpu and self.classes:

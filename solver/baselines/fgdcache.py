@@ -25,7 +25,7 @@ import numpy as np
 
 from solver.baselines.cluster import BoolArray, ClusterArrays, IntArray
 from solver.baselines.policies import Choice, _fgd_share, _fgd_whole, fgd_deltas, fgd_scores
-from solver.types import MILLI, PodRequest
+from solver.types import PodRequest
 
 
 @dataclass(slots=True)
@@ -111,22 +111,14 @@ class FgdCache:
         :meth:`ClusterArrays.gpu_fits`, then FGD's scores)."""
         st = self.state
         e.sid[rows] = st.state_id[rows]
-        fit = st.eligible(pod)[rows] & (st.cpu[rows] >= pod.cpu_milli) & (
-            st.mem[rows] >= pod.memory_mib)
+        fit = st.rows_node_fit(pod, rows)
         e.row[rows] = -1
         if pod.gpu_count == 0:
             ok_rows = rows[fit]
             if ok_rows.size:
                 e.row[ok_rows] = fgd_scores(st, np.round(_fgd_whole(st, pod, ok_rows), 6))
             return
-        if pod.gpu_memory_mib > 0:
-            need = np.full((rows.size, st.gfree.shape[1]), pod.gpu_memory_mib, dtype=np.int64)
-        else:
-            need = st.gmem_total[rows] * pod.gpu_milli // MILLI
-        gpus = (st.model_ok(pod.models)[rows] & fit[:, None]
-                & (st.gfree[rows] >= pod.gpu_milli) & (st.gmem[rows] >= need))
-        if pod.gpu_memory_mib > 0:
-            gpus &= st.gmem_total[rows] > 0
+        gpus = st.rows_gpu_fit(pod, rows, fit)
         fit = gpus.sum(axis=1) >= pod.gpu_count
         ok_rows = rows[fit]
         if e.slot is not None:

@@ -40,14 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from solver.checker import check
-from solver.fairshare import (
-    UsageHistory,
-    gang_models,
-    gpu_pools,
-    observe_snapshot,
-    pooled_max_min,
-    with_history,
-)
+from solver.fairshare import gang_models, gpu_pools, pooled_max_min
 from solver.interference import (
     may_share,
     predicted_latency_ms,
@@ -58,6 +51,7 @@ from solver.interference import (
 )
 from solver.names import SolverName
 from solver.plan import Plan
+from solver.records import Records
 from solver.simulate.metrics import (
     DEFAULT_ACTIVE_WATTS,
     DEFAULT_IDLE_WATTS,
@@ -80,7 +74,6 @@ from solver.types import (
     Snapshot,
     SolverPolicy,
 )
-from solver.workload import WorkloadRecord, with_workload
 
 #: What places a snapshot: ``solver.api.solve`` with the policy's name bound in.
 SolveFn = Callable[[Snapshot], Plan]
@@ -678,8 +671,8 @@ class _Replay:
     backfilled: int = 0
     reclaimed: int = 0
     reclaim_lost_gpu_s: float = 0.0
-    usage: UsageHistory | None = None  # fair sharing over time, when the policy turns it on
-    workload: WorkloadRecord | None = None  # the learned target workload, likewise
+    # what the controller remembers across windows (solver/records.py), kept the same way
+    records: Records = field(default_factory=Records)
 
     @classmethod
     def begin(cls, scenario: Scenario, config: TimedConfig) -> _Replay:
@@ -765,22 +758,9 @@ class _Replay:
         )
 
     def record(self, snapshot: Snapshot, *, now: float) -> Snapshot:
-        """What the controller's cycle remembers across windows, kept the same way: record
-        ``snapshot`` (each tenant's held GPUs and fair share; the shapes of gangs seen for
-        the first time) and return it with each tenant's past and the learned target
-        workload. What the policy turns off is left out."""
-        fs, target = self.shown.fair_sharing, self.shown.target_workload
-        if fs.enabled:
-            if self.usage is None:
-                self.usage = UsageHistory(fs.half_life_s)
-            observe_snapshot(self.usage, now, snapshot)
-            snapshot = with_history(snapshot, self.usage)
-        if target.half_life_s > 0:
-            if self.workload is None:
-                self.workload = WorkloadRecord(target.half_life_s)
-            self.workload.observe(now, snapshot)
-            snapshot = with_workload(snapshot, self.workload)
-        return snapshot
+        """The controller's records (:class:`solver.records.Records`) applied to ``snapshot``,
+        as its batch cycle applies them."""
+        return self.records.apply(snapshot, now)
 
     def solve(self, solve: SolveFn, snapshot: Snapshot) -> Plan:
         t0 = time.perf_counter()

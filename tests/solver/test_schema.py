@@ -194,3 +194,11 @@ def test_the_snapshot_format_carries_every_objective_weight() -> None:
     snap = parse_snapshot(data)
     assert (snap.policy.weights.stay, snap.policy.weights.fairness) == (0.55, 0.7)
     assert parse_snapshot(snapshot_to_dict(snap)).policy.weights == snap.policy.weights
+
+
+def test_a_policy_section_given_in_part_takes_the_types_defaults() -> None:
+    base = {"nodes": [{"name": "n0", "cpu_milli": 1000, "memory_mib": 1000}]}
+    whole = parse_snapshot(base).policy
+    part = parse_snapshot({**base, "policy": {"fair_sharing": {}, "target_workload": {}}}).policy
+    assert (part.fair_sharing, part.target_workload) == (whole.fair_sharing,
+                                                         whole.target_workload)
