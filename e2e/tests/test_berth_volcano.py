@@ -218,8 +218,11 @@ def test_a_gang_volcano_refuses_stays_whole_and_berth_says_why(
         # Volcano's own refusal (its PodScheduled condition), not Berth's guess.
         assert "volcano says:" in w.message and "nothing yet" not in w.message, w.message
         print(f"\n{p.metadata.name}: {w.reason}: {w.message}")
-        warnings = _events(core, ns, p.metadata.name, "NotBound")
-        assert warnings and warnings[0].type == "Warning", warnings
+        # The Event is written after the condition (its own API call): wait for it too.
+        warnings = eventually(lambda: _events(core, ns, p.metadata.name, "NotBound"),
+                              lambda ws: bool(ws), timeout=30,
+                              what=f"a NotBound Event on {p.metadata.name}")
+        assert warnings[0].type == "Warning", warnings
     # The cap lifted: Volcano binds the whole gang where Berth placed it; Berth says Bound.
     queues.patch(name=queue, body={"spec": {"capability": {"nvidia.com/gpu": "64"}}},
                  content_type="application/merge-patch+json")
