@@ -196,6 +196,21 @@ class KubeApi:
         return _call(self.coordination.replace_namespaced_lease, name, namespace, lease,
                      _request_timeout=self.timeout)
 
+    def get_config_map(self, namespace: str, name: str) -> Json | None:
+        try:
+            return _call(self.core.read_namespaced_config_map, name, namespace,
+                         _request_timeout=self.timeout)
+        except NotFound:
+            return None
+
+    def create_config_map(self, namespace: str, body: Json) -> Json:
+        return _call(self.core.create_namespaced_config_map, namespace, body,
+                     _request_timeout=self.timeout)
+
+    def replace_config_map(self, namespace: str, name: str, body: Json) -> Json:
+        return _call(self.core.replace_namespaced_config_map, name, namespace, body,
+                     _request_timeout=self.timeout)
+
     def apply_custom(self, group: str, version: str, plural: str, namespace: str,
                      body: Json) -> Json:
         """Create the object, or bring the spec and labels of an existing one up to date."""

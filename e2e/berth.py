@@ -81,10 +81,12 @@ def policy_for(namespaces: Mapping[str, str], out: Path, *, window_seconds: floa
                solver_seconds: float = 2,
                edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
     """The sample policy with each tenant owning only the given namespace (tenant -> ns), and
-    a short batch window and solver limit so that a test sees a release within seconds."""
+    a short batch window and solver limit so that a test sees a release within seconds (and
+    the leader's records saved every 2 s)."""
     doc: dict[str, Any] = yaml.safe_load(SAMPLE_POLICY.read_text())
     doc.setdefault("batch", {})["windowSeconds"] = window_seconds
     doc.setdefault("solver", {})["timeLimitSeconds"] = solver_seconds
+    doc["batch"]["recordsSaveSeconds"] = 2  # the leader's records saved within a test
     known = {t["name"] for t in doc["tenants"]}
     unknown = set(namespaces) - known
     if unknown:

@@ -262,6 +262,39 @@ class UsageHistory:
     def tenants(self) -> set[str]:
         return set(self._sums)
 
+    def state(self) -> dict[str, object]:
+        """The record as plain JSON values (:meth:`from_state` reads it back)."""
+        return {"halfLifeSeconds": self.half_life_s, "mass": self._mass,
+                "lastSeconds": self._last_s,
+                "sums": {t: [h, f] for t, (h, f) in sorted(self._sums.items())},
+                "last": {t: [h, f] for t, (h, f) in sorted(self._last.items())}}
+
+    @classmethod
+    def from_state(cls, data: object, where: str = "usage") -> UsageHistory:
+        """A record from :meth:`state`'s form; ValueError naming the field when it is not
+        one (a value out of range included: nothing read here is trusted)."""
+        d = state_fields(data, where, ("halfLifeSeconds", "mass", "lastSeconds", "sums", "last"))
+        rec = cls(state_number(d["halfLifeSeconds"], f"{where}.halfLifeSeconds", low=1e-9))
+        rec._mass = state_number(d["mass"], f"{where}.mass", high=1.0)
+        last = d["lastSeconds"]
+        rec._last_s = None if last is None else state_number(last, f"{where}.lastSeconds",
+                                                             low=None)
+        for name in ("sums", "last"):
+            pairs = state_map(d[name], f"{where}.{name}")
+            values: dict[str, tuple[float, float]] = {}
+            for t, v in pairs.items():
+                if not isinstance(v, list) or len(v) != 2:
+                    raise ValueError(f"{where}.{name}.{t}: must be [held, due], got {v!r:.80}")
+                # an average never exceeds the largest value ever recorded
+                cap = MAX_QUOTA_MILLI if name == "last" else MAX_QUOTA_MILLI * max(rec._mass, 0.0)
+                values[t] = (state_number(v[0], f"{where}.{name}.{t}[0]", high=cap),
+                             state_number(v[1], f"{where}.{name}.{t}[1]", high=cap))
+            if name == "sums":
+                rec._sums = values
+            else:
+                rec._last = values
+        return rec
+
 
 def demand_and_share(snapshot: Snapshot) -> tuple[dict[str, float], dict[str, float]]:
     """What each tenant holds now, and its weighted max-min fair share of the cluster's GPUs
@@ -323,3 +356,44 @@ def boosts(snapshot: Snapshot) -> dict[str, float]:
         if d > 0:
             out[t.name] = fs.boost * d
     return out
+
+
+#: Most tenants a saved record may name (far above any policy's tenant list).
+MAX_STATE_TENANTS = 10_000
+
+
+def state_fields(data: object, where: str, keys: tuple[str, ...]) -> dict[str, object]:
+    """``data`` as an object with exactly ``keys`` (the saved records' sections)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: must be an object, got {type(data).__name__}")
+    missing = [k for k in keys if k not in data]
+    extra = sorted(set(data) - set(keys))
+    if missing or extra:
+        raise ValueError(f"{where}: expected the fields {', '.join(keys)}"
+                         + (f"; missing {', '.join(missing)}" if missing else "")
+                         + (f"; unknown {', '.join(map(str, extra))}" if extra else ""))
+    return data
+
+
+def state_number(v: object, where: str, *, low: float | None = 0.0,
+                 high: float | None = None) -> float:
+    """A finite number within ``[low, high]`` (bools are not numbers here)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise ValueError(f"{where}: must be a finite number, got {v!r:.80}")
+    if low is not None and v < low:
+        raise ValueError(f"{where}: must be at least {low}, got {v}")
+    if high is not None and v > high * (1 + 1e-9) + 1e-9:
+        raise ValueError(f"{where}: must be at most {high}, got {v}")
+    return float(v)
+
+
+def state_map(v: object, where: str) -> dict[str, object]:
+    """An object keyed by tenant names, at most :data:`MAX_STATE_TENANTS` of them."""
+    if not isinstance(v, dict):
+        raise ValueError(f"{where}: must be an object keyed by tenant, got {type(v).__name__}")
+    if len(v) > MAX_STATE_TENANTS:
+        raise ValueError(f"{where}: names {len(v)} tenants, more than {MAX_STATE_TENANTS}")
+    for t in v:
+        if not isinstance(t, str) or not t or len(t) > 253:
+            raise ValueError(f"{where}: a tenant name must be 1-253 characters, got {t!r:.80}")
+    return v

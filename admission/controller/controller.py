@@ -26,6 +26,7 @@ from admission.controller.inventory import Inventory
 from admission.controller.leader import LeaseElector
 from admission.controller.metrics import Metrics
 from admission.controller.reclaim import Evictor
+from admission.controller.records import RecordStore
 from admission.controller.release import Releaser
 from admission.controller.settings import Settings
 from admission.controller.solving import WorkerSolver
@@ -78,6 +79,8 @@ class Controller:
                            explainer=self.explainer, evictor=self.evictor, solve=solve,
                            fast_solve=fast_solve or greedy_solver(), clock=clock,
                            metrics=self.metrics, still_leader=self._may_write)
+        self.records = RecordStore(api=api, namespace=namespace, metrics=self.metrics,
+                                   save_seconds=settings.records_save_seconds)
         self.elector = LeaseElector(api=api, namespace=namespace, name=lease_name,
                                     identity=identity, clock=clock,
                                     on_change=lambda lead: self.metrics.leader.set(int(lead)))
@@ -112,6 +115,7 @@ class Controller:
         self.cycle.settings = settings
         self.releaser.backend = self.backend
         self.releaser.queues = settings.queues
+        self.records.save_seconds = settings.records_save_seconds
         if self._worker is not None:
             self._worker.solver = settings.solver
             self._worker.time_limit = settings.time_limit_seconds
@@ -130,6 +134,17 @@ class Controller:
     # ------------------------------------------------------------------ running
     def run_cycle(self, *, fast: bool = False) -> CycleReport:
         return self.cycle.run(fast=fast)
+
+    def run_batch(self) -> CycleReport:
+        """A batch cycle as the leader runs it: the saved records read first in a new term of
+        leadership, saved after when due (records.py)."""
+        if not self.records.loaded:
+            restored = self.records.load()
+            if restored is not None:
+                self.cycle.records = restored
+        report = self.cycle.run()
+        self.records.save(self.cycle.records, self._may_write)
+        return report
 
     def _may_write(self) -> bool:
         return not self.leader_required or self.elector.is_leader
@@ -169,6 +184,8 @@ class Controller:
                 return
             synced = self.pod_watch.synced.is_set() and self.node_watch.synced.is_set() \
                 and all(w.synced.is_set() for w in self.dra_watches)
+            if not self.elector.is_leader:
+                self.records.forget()
             if not (self.elector.is_leader and synced):
                 if time.monotonic() >= next_batch:
                     next_batch = time.monotonic() + window
@@ -180,7 +197,7 @@ class Controller:
                         self.update_settings(fresh)
                 if time.monotonic() >= next_batch:
                     next_batch = time.monotonic() + window
-                    self.run_cycle()
+                    self.run_batch()
                 elif fast:
                     self.run_cycle(fast=True)
             except Exception:  # one bad cycle must not stop the controller

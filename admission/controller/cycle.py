@@ -102,9 +102,9 @@ class Cycle:
         self._first_seen: dict[str, int] = {}
         self._batches = 0
         # What the leader remembers across windows (solver/records.py): each tenant's held
-        # GPUs and fair share over time, and the learned target workload. In memory, so a new
-        # leader starts fresh records.
-        self._records = Records()
+        # GPUs and fair share over time, and the learned target workload. The controller saves
+        # it and a new leader reads it back (records.py).
+        self.records = Records()
 
     @contextmanager
     def _phase(self, report: CycleReport, name: str) -> Iterator[None]:
@@ -129,7 +129,7 @@ class Cycle:
             built = build(self.inventory.view(), self.settings, now, self._memo,
                           only=self._fast_gang if fast else None)
             # a batch cycle's snapshot holds every pending gang: only it is recorded
-            seen = self._records.apply(built.snapshot, now.timestamp(), observe=not fast)
+            seen = self.records.apply(built.snapshot, now.timestamp(), observe=not fast)
             if seen is not built.snapshot:
                 built = replace(built, snapshot=seen)
             report.gangs = _count_states(built)

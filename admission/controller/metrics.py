@@ -54,5 +54,9 @@ class Metrics:
         self.gang_timeouts = Counter("berth_gang_timeouts", "Gangs whose pods never all arrived",
                                      ["tenant"], registry=r)
         self.leader = Gauge("berth_leader", "1 while this replica holds the lease", registry=r)
+        self.records = Counter(
+            "berth_records", "The leader's saved records (fair share over time, learned "
+            "workload; ConfigMap berth-records): restored, absent, refused (not a valid form: "
+            "fresh records instead), read_failed, saved, save_failed", ["event"], registry=r)
         self.inventory = Gauge("berth_inventory_objects", "Objects in the inventory", ["kind"],
                                registry=r)

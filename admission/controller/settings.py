@@ -75,6 +75,8 @@ class Settings:
     # A pod Berth released and its scheduler has not bound this long after says so
     # (condition reason NotBound and a Warning Event; see unbound.py).
     bind_grace_seconds: float = 30.0
+    # How often the leader saves its records (records.py); policy batch.recordsSaveSeconds.
+    records_save_seconds: float = 60.0
 
     def tenant(self, name: str) -> Tenant | None:
         for t in self.tenants:
@@ -115,6 +117,7 @@ def from_policy(policy: Policy) -> Settings:
         topology_labels=topo,
         window_seconds=policy.batch.window_seconds,
         gang_timeout_seconds=policy.batch.gang_timeout_seconds,
+        records_save_seconds=policy.batch.records_save_seconds,
         fast_path_classes=frozenset(policy.batch.fast_path_classes),
         time_limit_seconds=policy.solver.time_limit_seconds,
         backend=policy.release.backend,

@@ -252,6 +252,8 @@ class Batch(_Model):
     gang_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS,
                                                  allow_inf_nan=False)] = 600.0
     fast_path_classes: list[NonEmpty] = []  # QoS classes placed on arrival
+    # how often the leader saves its records (fair share over time, the learned workload)
+    records_save_seconds: Annotated[float, Field(ge=1, le=3600, allow_inf_nan=False)] = 60.0
 
 
 class ObjectiveWeights(_Model):

@@ -149,6 +149,9 @@ FIELD_DOCS: dict[str, str] = {
     "reported on its pods (reason `GangTimedOut`); it keeps waiting.",
     "Batch.fastPathClasses": "QoS classes placed on arrival (greedy best-fit) instead of at "
     "the end of the window; declared under `qosClasses`.",
+    "Batch.recordsSaveSeconds": "How often the leader saves what it remembers across windows "
+    "(each tenant's GPU use and fair share over time, the learned target workload) to the "
+    "ConfigMap `berth-records` in Berth's namespace, which a new leader reads back.",
     "SolverSettings.timeLimitSeconds": "CP-SAT stops here; the greedy plan stands if it "
     "found nothing better.",
     "SolverSettings.weights": "Weights of the objective's terms.",

@@ -21,11 +21,13 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from admission import constants as c
+from admission.controller.records import CONFIG_MAP, KEY
 from admission.devcluster.nodes import TOPOLOGY_LABELS
 from e2e.berth import BerthWebhook, berth_webhook
 from e2e.conftest import E2ECluster, drop_namespace, make_namespace
 from e2e.helpers import eventually, pod_manifest
 from e2e.rbac import install_rbac, service_account_kubeconfig, uninstall_rbac
+from solver.records import Records
 
 pytestmark = [
     pytest.mark.e2e,
@@ -231,3 +233,40 @@ def test_controller_crashes_during_releases_never_leave_a_gang_half_released(
         racks = {cluster.core.read_node(p.spec.node_name).metadata.labels[RACK]
                  for p in pods if p.metadata.labels["job-name"] == job}
         assert len(racks) == 1, f"{job} split across racks {racks} (seed {seed})"
+
+
+def test_the_leaders_records_are_saved_and_a_restarted_leader_reads_them_back(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], berth: BerthWebhook
+) -> None:
+    """Fair share over time survives a restart: the leader saves its records to the
+    ConfigMap ``berth-records`` in its own namespace (with only config/base/rbac.yaml's
+    rights: the fixture fails on any refusal), and the next leader reads them back."""
+    ns = tenant_namespaces["team-a"]
+    home = berth.argv[berth.argv.index("--namespace") + 1]
+    client.BatchV1Api(cluster.api).create_namespaced_job(
+        ns, _job("held", pods=1, gpus=4, topology="preferred:rack"))
+
+    def form() -> Records | None:
+        try:
+            cm = cluster.core.read_namespaced_config_map(CONFIG_MAP, home)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return Records.loads(cm.data[KEY])
+
+    try:
+        saved = eventually(form, lambda r: r is not None and r.usage is not None
+                           and r.usage.past("team-a")[1] > 0, timeout=60,
+                           what="the leader to save team-a's fair share in its records")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- berth serve log:\n{_log_tail(berth)}") from None
+    assert saved is not None and saved.usage is not None
+    berth.kill()
+    berth.start()
+    eventually(lambda: berth.log.read_text(errors="replace"),
+               lambda text: "records: restored from ConfigMap" in text, timeout=60,
+               what="the restarted leader to read its records back")
+    said = [line for line in berth.log.read_text(errors="replace").splitlines()
+            if "records:" in line and "restored" not in line]
+    assert not said, said  # never refused, unreadable or a failed save

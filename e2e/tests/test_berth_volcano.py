@@ -219,7 +219,7 @@ def test_a_gang_volcano_refuses_stays_whole_and_berth_says_why(
         assert "volcano says:" in w.message and "nothing yet" not in w.message, w.message
         print(f"\n{p.metadata.name}: {w.reason}: {w.message}")
         # The Event is written after the condition (its own API call): wait for it too.
-        warnings = eventually(lambda: _events(core, ns, p.metadata.name, "NotBound"),
+        warnings = eventually(lambda name=p.metadata.name: _events(core, ns, name, "NotBound"),
                               lambda ws: bool(ws), timeout=30,
                               what=f"a NotBound Event on {p.metadata.name}")
         assert warnings[0].type == "Warning", warnings

@@ -77,6 +77,7 @@ class FakeApi:
         self.nodes: dict[str, Json] = {}
         self.events: list[Json] = []
         self.leases: dict[str, Json] = {}
+        self.config_maps: dict[str, Json] = {}
         self.custom: dict[tuple[str, str, str], Json] = {}
         self.dra: dict[str, dict[str, Json]] = {}  # DRA kind -> namespace/name -> object
         self.patches: list[tuple[str, Sequence[PatchOp]]] = []
@@ -212,6 +213,28 @@ class FakeApi:
             raise Conflict(409, "the object has been modified")
         self.leases[key] = self._bump(copy.deepcopy(lease))
         return copy.deepcopy(self.leases[key])
+
+    def get_config_map(self, namespace: str, name: str) -> Json | None:
+        cm = self.config_maps.get(f"{namespace}/{name}")
+        return copy.deepcopy(cm) if cm else None
+
+    def create_config_map(self, namespace: str, body: Json) -> Json:
+        key = f"{namespace}/{body['metadata']['name']}"
+        if key in self.config_maps:
+            raise Conflict(409, "already exists")
+        self.config_maps[key] = self._bump(copy.deepcopy(body))
+        return copy.deepcopy(self.config_maps[key])
+
+    def replace_config_map(self, namespace: str, name: str, body: Json) -> Json:
+        key = f"{namespace}/{name}"
+        current = self.config_maps.get(key)
+        if current is None:
+            raise NotFound(404, "configmap not found")
+        rv = body["metadata"].get("resourceVersion")
+        if rv is not None and rv != current["metadata"]["resourceVersion"]:
+            raise Conflict(409, "the object has been modified")
+        self.config_maps[key] = self._bump(copy.deepcopy(body))
+        return copy.deepcopy(self.config_maps[key])
 
     def apply_custom(self, group: str, version: str, plural: str, namespace: str,
                      body: Json) -> Json:

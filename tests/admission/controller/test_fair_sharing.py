@@ -44,7 +44,7 @@ def _history(fair: bool, solver: str = "cpsat") -> tuple[FakeApi, FakeClock, Con
 
 def test_the_record_comes_from_what_runs_and_waits() -> None:
     _, _, ctl = _history(fair=True)
-    usage = ctl.cycle._records.usage
+    usage = ctl.cycle.records.usage
     assert usage is not None
     held_a, due_a = usage.past("team-a")
     held_b, due_b = usage.past("team-b")
@@ -66,7 +66,7 @@ def test_without_fair_sharing_the_queue_order_decides() -> None:
     """Best-fit serves the queue in order, so without the record team-a's pod (first in the
     snapshot's order, equal in all else) gets the GPU; CP-SAT would see a tie."""
     api, clock, ctl = _history(fair=False, solver="bestfit")
-    assert ctl.cycle._records.usage is None
+    assert ctl.cycle.records.usage is None
     built = build(ctl.inventory.view(), ctl.settings, clock())
     assert all(t.past_fair_milli == 0.0 for t in built.snapshot.tenants)
     clock.advance(10)
@@ -82,6 +82,6 @@ def test_a_new_half_life_starts_a_new_record() -> None:
         ON, fair_sharing=FairSharing(half_life_s=60.0, boost=2.0))))
     clock.advance(10)
     ctl.run_cycle()
-    usage = ctl.cycle._records.usage
+    usage = ctl.cycle.records.usage
     assert usage is not None and usage.half_life_s == 60.0
     assert usage.past("team-a") == (0.0, 0.0)  # one observation, no interval yet

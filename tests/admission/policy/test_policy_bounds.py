@@ -30,6 +30,7 @@ NUMBERS = [
     ("qosClasses[0].sloMs", BASE + "qosClasses: [{name: q, soloLatencyMs: 1, sloMs: X}]"),
     ("batch.gangTimeoutSeconds", BASE + "batch: {gangTimeoutSeconds: X}"),
     ("batch.windowSeconds", BASE + "batch: {windowSeconds: X}"),
+    ("batch.recordsSaveSeconds", BASE + "batch: {recordsSaveSeconds: X}"),
     ("solver.weights.fairness", BASE + "solver: {weights: {fairness: X}}"),
     ("solver.timeLimitSeconds", BASE + "solver: {timeLimitSeconds: X}"),
     ("solver.fairSharing.halfLifeSeconds", BASE + "solver: {fairSharing: {halfLifeSeconds: X}}"),
@@ -46,7 +47,8 @@ NUMBERS = [
 ]
 FLOATS = {"tenants[0].quota.gpus", "tenants[0].borrowing.limitGpus", "tenants[0].weight",
           "gpuModels[0].activeWatts", "qosClasses[0].sloMs", "batch.gangTimeoutSeconds",
-          "batch.windowSeconds", "solver.weights.fairness", "solver.timeLimitSeconds",
+          "batch.windowSeconds", "batch.recordsSaveSeconds", "solver.weights.fairness",
+          "solver.timeLimitSeconds",
           "sharing.fractionGrid[0]"}
 
 
