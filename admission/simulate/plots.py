@@ -1,4 +1,5 @@
-"""Figures of timed replays: GPU allocation over time, queueing delay, fairness and SLOs.
+"""Figures of timed replays: GPU allocation over time, queueing delay, fairness and SLOs, and
+what each window planned over time (reservations, backfill, reclaims).
 
 Built from :class:`solver.simulate.timed.TimedResult` objects alone, on matplotlib's Agg
 backend so they render on machines without a display; the caller saves them.
@@ -25,14 +26,18 @@ def _pyplot():  # type: ignore[no-untyped-def]
 
 
 def timed_figure(results: Sequence[TimedResult], *, title: str = "") -> Figure:
-    """Four panels: allocated GPU share over time, queueing delay CDF, each tenant's GPU time
-    against its fair share, and utilisation beside SLO attainment for each policy."""
+    """Five panels: allocated GPU share over time, queueing delay CDF, each tenant's GPU time
+    against its fair share, utilisation beside SLO attainment for each policy, and across the
+    bottom what each window planned over time: gangs holding a reservation, gangs backfilled
+    and gangs reclaimed."""
     plt = _pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    _utilisation(axes[0][0], results)
-    _waits(axes[0][1], results)
-    _fairness(axes[1][0], results)
-    _slo(axes[1][1], results)
+    fig = plt.figure(figsize=(13, 12.5))
+    grid = fig.add_gridspec(3, 2, height_ratios=(1, 1, 0.7))
+    _utilisation(fig.add_subplot(grid[0, 0]), results)
+    _waits(fig.add_subplot(grid[0, 1]), results)
+    _fairness(fig.add_subplot(grid[1, 0]), results)
+    _slo(fig.add_subplot(grid[1, 1]), results)
+    _planning(fig.add_subplot(grid[2, :]), results)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -127,3 +132,42 @@ def _slo(ax, results: Sequence[TimedResult]) -> None:  # type: ignore[no-untyped
     ax.set_ylim(0, 115)
     ax.set_title("Utilisation and SLO attainment (interference-aware vs oblivious)")
     ax.legend(fontsize=8, loc="lower left")
+
+
+def _planning(ax, results: Sequence[TimedResult]) -> None:  # type: ignore[no-untyped-def]
+    """Reservations held as a step line per policy that made any; backfilled gangs (dots)
+    and reclaimed gangs (crosses) at the windows that had them. Policies that plan none of
+    the three (the greedy baselines, or CP-SAT told no deadlines) are named in the title."""
+    planners = [r for r in results if any(p[1] or p[2] or p[3] for p in r.planning)]
+    end = max((r.end_s for r in results), default=0.0) / 60
+    for k, r in enumerate(planners):
+        xs = [0.0] + [t / 60 for t, *_ in r.planning] + [r.end_s / 60]
+        ys = [0] + [p[1] for p in r.planning]
+        ys.append(ys[-1])
+        line = ax.step(xs, ys, where="post", linewidth=1.3, linestyle=_STYLES[k % len(_STYLES)],
+                       label=f"{r.name}: gangs holding a reservation")[0]
+        colour = line.get_color()
+        bf = [(t / 60, n) for t, _, n, _ in r.planning if n]
+        if bf:
+            ax.scatter(*zip(*bf, strict=True), marker="o", s=14, color=colour,
+                       label=f"{r.name}: gangs backfilled ({r.backfilled})")
+        rc = [(t / 60, n) for t, _, _, n in r.planning if n]
+        if rc:
+            ax.scatter(*zip(*rc, strict=True), marker="x", s=40, color=colour,
+                       label=f"{r.name}: gangs reclaimed ({r.reclaimed})")
+        elif r.reclaimed == 0:
+            line.set_label(f"{r.name}: gangs holding a reservation (no reclaim)")
+    others = [r.name for r in results if r not in planners]
+    title = "Planning over time: reservations, backfill, reclaims"
+    if others:
+        title += f"\n(none planned by {', '.join(others)})"
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("simulated time (min)")
+    ax.set_ylabel("gangs (per window)")
+    ax.set_xlim(0, max(end, 1e-3))
+    ax.set_ylim(bottom=0)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if planners:
+        ax.legend(fontsize=8, loc="upper right")

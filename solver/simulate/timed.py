@@ -228,6 +228,9 @@ class TimedResult:
     backfilled: int = 0  # gangs placed by the backfill solve (known to end before a reserved start)
     reclaimed: int = 0  # gangs evicted by reclaim (each went back to its queue)
     reclaim_lost_gpu_s: float = 0.0  # GPU-seconds those gangs had run, lost
+    # (window end, gangs holding a reservation, gangs backfilled, gangs reclaimed) for each
+    # window whose plan changed any of the three from the one before: what the plot shows
+    planning: tuple[tuple[float, int, int, int], ...] = ()
 
     def count(self, state: str) -> int:
         return sum(1 for o in self.outcomes if o.state == state)
@@ -626,6 +629,7 @@ def simulate_timed(
         #    runs, as the controller's every batch cycle does).
         if not replay.waiting():
             replay.record(replay.snapshot([], now=boundary), now=boundary)
+            replay.note_planning(boundary)
             continue
         # 4. Snapshot: what runs, and the oldest waiting gangs, tenants in turn; with what the
         #    controller remembers across windows (fair shares over time, the target workload).
@@ -671,6 +675,7 @@ class _Replay:
     backfilled: int = 0
     reclaimed: int = 0
     reclaim_lost_gpu_s: float = 0.0
+    planning: list[tuple[float, int, int, int]] = field(default_factory=list)
     # what the controller remembers across windows (solver/records.py), kept the same way
     records: Records = field(default_factory=Records)
 
@@ -804,6 +809,8 @@ class _Replay:
         by_name = {a.gang.name: a for a in pending}
         for r in plan.reservations:
             self.reserved_at.setdefault(r.gang, now + r.start_in_s)
+        self.note_planning(now, len(plan.reservations),
+                           int(plan.stats.detail.get("backfilled", 0)), len(plan.evictions))
         factor = self.config.deadline_factor
         for gp in plan.admitted:
             timed = by_name[gp.gang]
@@ -820,6 +827,14 @@ class _Replay:
             self.cluster.start(p)
             heapq.heappush(self.departures, (p.end_s, gp.gang))
             self.queues[timed.gang.tenant].remove(timed)
+
+    def note_planning(self, now: float, reserved: int = 0, backfilled: int = 0,
+                      reclaimed: int = 0) -> None:
+        """What the window ending at ``now`` planned (nothing, when no gang waited), kept
+        when it differs from the window before."""
+        step = (reserved, backfilled, reclaimed)
+        if step != (self.planning[-1][1:] if self.planning else (0, 0, 0)):
+            self.planning.append((now, *step))
 
     def stop_clock(self) -> float:
         """Run the clock on to ``until_s`` if that is later, and return where it stopped."""
@@ -857,6 +872,7 @@ class _Replay:
             backfilled=self.backfilled,
             reclaimed=self.reclaimed,
             reclaim_lost_gpu_s=self.reclaim_lost_gpu_s,
+            planning=tuple(self.planning),
         )
 
     def _outcomes(self) -> list[GangOutcome]:

@@ -388,3 +388,7 @@ def test_reclaim_evicts_a_borrowed_gang_which_goes_back_to_its_queue() -> None:
                                                       time_limit_s=0.5))
     by = {o.gang: o for o in off.outcomes}
     assert off.reclaimed == 0 and by["a1"].start_s == 5000.0
+    # what the plot shows: the eviction in its window, then nothing to plan at the next
+    assert on.planning[:2] == ((1000.0, 0, 0, 1), (1100.0, 0, 0, 0))  # woken by a1's end
+    assert sum(p[3] for p in on.planning) == on.reclaimed
+    assert off.planning == ()  # a1 waits in one window only, too briefly for a reservation
