@@ -315,9 +315,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         kueue = None
         if args.kueue:
-            port = free_port()
-            ca, pid = stack.enter_context(kueue_webhook(port, args.server_core))
-            kueue = (port, ca, pid)
+            kueue = stack.enter_context(kueue_webhook(args.server_core))
         results, body_bytes = measure(args, kinds, kueue)
     report = render(results, args, kinds, started, body_bytes)
     print(report)

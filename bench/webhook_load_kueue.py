@@ -2,114 +2,62 @@
 
 Kueue's webhook needs a control plane: it reads namespaces through its informer cache and
 refuses to start without its CRDs. This starts the local control plane of admission.devcluster
-(etcd, kube-apiserver, controller-manager, scheduler; binaries from e2e/build.sh), installs
-Kueue's CRDs from the Go module cache, and runs the Kueue binary built by e2e/build.sh with the
-pod integration on, leader election and internal certificates off, its webhook on 127.0.0.1.
+(etcd, kube-apiserver, controller-manager, scheduler; binaries from e2e/build.sh) and runs
+Kueue's manager there exactly as the e2e suite and ``berth dev-cluster`` do
+(:func:`admission.devcluster.kueue.start_manager`: the version e2e/versions.env pins, its CRDs,
+the pod and Job integrations, its webhook on 127.0.0.1), pinned to one core with taskset.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
 import tempfile
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import yaml
+from admission.devcluster import binaries
 
-KUEUE_VERSION = "v0.14.8"
-KUEUE_BIN = Path.home() / ".cache" / "berth-e2e" / f"kueue-{KUEUE_VERSION}" / "bin" / "kueue"
-KUEUE_CRDS = (Path.home() / "go" / "pkg" / "mod" / "sigs.k8s.io" / f"kueue@{KUEUE_VERSION}"
-              / "config" / "components" / "crd" / "bases")
-# Kueue 0.14 insists on metrics certificates at this fixed path even with metrics off.
-METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+KUEUE_VERSION = binaries.read_versions()["KUEUE_VERSION"]
 PATH = "/mutate--v1-pod"
 
 
 def missing() -> str | None:
     """Why Kueue cannot run here, or None."""
-    if not KUEUE_BIN.is_file():
-        return f"no Kueue binary at {KUEUE_BIN}: build it with e2e/build.sh"
-    if not KUEUE_CRDS.is_dir():
-        return f"no Kueue CRDs at {KUEUE_CRDS}: e2e/build.sh downloads the module"
+    if not binaries.component("kueue").built:
+        return f"no Kueue {KUEUE_VERSION} binary: build it with `e2e/build.sh kueue`"
     return None
 
 
 @contextmanager
-def kueue_webhook(port: int, core: str,
-                  namespace: str = "team-a") -> Iterator[tuple[Path, int]]:
-    """Run Kueue's webhook on 127.0.0.1:``port`` pinned to ``core``; yields its CA file and
-    the process id."""
+def kueue_webhook(core: str, namespace: str = "team-a") -> Iterator[tuple[int, Path, int]]:
+    """Run Kueue's manager pinned to ``core``; yields its webhook port on 127.0.0.1, the CA
+    file its serving certificate chains to, and the process id."""
     from kubernetes import client, config
 
-    from admission.certs import write_bundle
-    from admission.devcluster import DevCluster
+    from admission.devcluster import DevCluster, kube, processes
+    from admission.devcluster.kueue import start_manager, stop_manager
 
     why = missing()
     if why:
         raise SystemExit(f"--kueue: {why}")
     work = Path(tempfile.mkdtemp(prefix="berth-kueue-"))
     cluster = DevCluster(workdir=work / "cluster", with_kwok=False)
-    made_metrics_certs = False
-    proc: subprocess.Popen[bytes] | None = None
+    base = processes.spawner(work / "logs")
+
+    def pinned(name: str, argv: Sequence[str], **kw: object):  # type: ignore[no-untyped-def]
+        return base(name, ["taskset", "-c", core, *argv], **kw)  # type: ignore[arg-type]
+
     try:
         cluster.start()
         api = config.new_client_from_config(str(cluster.kubeconfig))
-        ext = client.ApiextensionsV1Api(api)
-        for crd in sorted(KUEUE_CRDS.glob("*.yaml")):
-            ext.create_custom_resource_definition(yaml.safe_load(crd.read_text()))
-        core_api = client.CoreV1Api(api)
-        for ns in ("kueue-system", namespace):
-            core_api.create_namespace({"metadata": {"name": ns}})
-        certs = work / "certs"
-        write_bundle(certs, "127.0.0.1")
-        if not METRICS_CERTS.exists():
-            METRICS_CERTS.mkdir(parents=True)
-            shutil.copy(certs / "tls.crt", METRICS_CERTS / "tls.crt")
-            shutil.copy(certs / "tls.key", METRICS_CERTS / "tls.key")
-            made_metrics_certs = True
-        cfg = {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration",
-            "namespace": "kueue-system",
-            "health": {"healthProbeBindAddress": "127.0.0.1:0"},
-            "metrics": {"bindAddress": "0"},
-            "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(certs)},
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "integrations": {"frameworks": ["batch/job", "pod"]},
-        }
-        (work / "kueue.yaml").write_text(yaml.safe_dump(cfg))
-        log = (work / "kueue.log").open("wb")
-        proc = subprocess.Popen(
-            ["taskset", "-c", core, str(KUEUE_BIN), f"--config={work / 'kueue.yaml'}",
-             "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=error"],
-            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
-            stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while not _listening(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"Kueue did not start; log in {work / 'kueue.log'}")
-            time.sleep(0.5)
-        yield certs / "ca.crt", proc.pid
+        kube.create_once(client.CoreV1Api(api).create_namespace,
+                         {"metadata": {"name": namespace}})
+        manager = start_manager(api, pinned, pki=cluster.pki, kubeconfig=cluster.kubeconfig,
+                                workdir=work / "kueue", namespace=namespace,
+                                frameworks=("batch/job", "pod"))
+        try:
+            yield manager.webhook_port, cluster.pki.ca_cert, manager.proc.pid
+        finally:
+            stop_manager(api, manager)
     finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
         cluster.stop()
-        if made_metrics_certs:
-            shutil.rmtree(METRICS_CERTS.parent.parent, ignore_errors=True)
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False

@@ -111,6 +111,7 @@ class Manager:
     proc: subprocess.Popen[bytes]
     record: processes.ProcessRecord
     webhooks: tuple[tuple[str, str], ...]  # (kind, name)
+    webhook_port: int = 0  # its webhook server on 127.0.0.1 (serving the cluster CA's pair)
 
 
 def start_manager(api: client.ApiClient, spawn: processes.Spawn, *, pki: ClusterPki,
@@ -181,7 +182,7 @@ def start_manager(api: client.ApiClient, spawn: processes.Spawn, *, pki: Cluster
     except BaseException:
         stop_manager(api, Manager(proc, record, tuple(made)))
         raise
-    return Manager(proc, record, tuple(made))
+    return Manager(proc, record, tuple(made), ports["webhook"])
 
 
 def _wait_until_admitting(api: client.ApiClient, namespace: str | Sequence[str],
