@@ -19,7 +19,6 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,7 +27,12 @@ sys.path.insert(0, str(REPO))
 from admission.simulate import DEFAULT_CONTENDERS, Contender, timed_figure  # noqa: E402
 from solver.simulate.generate import generate  # noqa: E402
 from solver.simulate.timed import TimedConfig, TimedResult, simulate_timed  # noqa: E402
-from solver.simulate.timed_scenario import Scenario, scenario_from_trace  # noqa: E402
+from solver.simulate.timed_scenario import (  # noqa: E402
+    Scenario,
+    middle_slice,
+    scenario_from_trace,
+    speedup_for_load,
+)
 
 OUT = REPO / "bench"
 
@@ -150,28 +154,9 @@ def alibaba_slice(nodes_n: int, pods_n: int, load: float, pod_list: str = "defau
     if all(p.creation_time == 0 and p.deletion_time == 0 for p in pods):
         raise SystemExit(f"openb_pod_list_{pod_list}.csv has no creation and deletion times: a "
                          "timed replay cannot be made of it")
-    pods.sort(key=lambda p: (p.creation_time, p.name))
-    start = len(pods) // 2
-    t0 = pods[start].creation_time
-    pods = [replace(p, creation_time=p.creation_time - t0, deletion_time=p.deletion_time - t0)
-            for p in pods[start : start + pods_n]]
+    pods = middle_slice(pods, pods_n)
     nodes = nodes[:nodes_n]
-    capacity = sum(len(n.gpus) for n in nodes)
-    span = max(1, pods[-1].creation_time - pods[0].creation_time)
-
-    def offered(speedup: float) -> float:
-        # GPU-seconds that fall inside the sped-up arrival period, over its capacity: run
-        # times are long-tailed (a few pods run for months), so they are cut at the period
-        window = span / speedup
-        gpu_s = sum(p.num_gpu * p.gpu_milli / 1000
-                    * min(window, max(1, p.deletion_time - p.creation_time)) for p in pods)
-        return gpu_s / (capacity * window)
-
-    lo, hi = 1.0, 1e6
-    for _ in range(60):  # offered load grows with the speedup: bisect on a log scale
-        mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if offered(mid) < load else (lo, mid)
-    speedup = lo
+    speedup = speedup_for_load(pods, sum(len(n.gpus) for n in nodes), load)
     return scenario_from_trace(nodes, pods, tenants=4, speedup=speedup), speedup
 
 

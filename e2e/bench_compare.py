@@ -228,7 +228,7 @@ def openb_workload(nodes_n: int, pods_n: int, load: float, compress: float) -> W
     to whole GPUs, arrivals sped up (run times kept) until the GPU time offered within the
     arrival period is ``load`` x the slice's GPUs, then everything divided by ``compress``."""
     from admission.simulate import read_nodes, read_pods
-    from solver.simulate.timed_scenario import scenario_from_trace
+    from solver.simulate.timed_scenario import middle_slice, scenario_from_trace, speedup_for_load
 
     data = Path(os.environ.get("BERTH_DATA_DIR", REPO.parent / "shared" / "data"))
     d = data / "alibaba-gpu-v2023"
@@ -237,27 +237,13 @@ def openb_workload(nodes_n: int, pods_n: int, load: float, compress: float) -> W
                          "holding alibaba-gpu-v2023/)")
     every = read_nodes(d / "openb_node_list_gpu_node.csv")
     nodes = every[:: max(1, len(every) // nodes_n)][:nodes_n]  # a sample of the whole mix
-    pods = sorted((p for p in read_pods(d / "openb_pod_list_default.csv") if p.num_gpu > 0),
-                  key=lambda p: (p.creation_time, p.name))
-    start = len(pods) // 2
-    t0 = pods[start].creation_time
-    pods = [replace(p, creation_time=p.creation_time - t0, deletion_time=p.deletion_time - t0,
-                    gpu_milli=MILLI) for p in pods[start:start + pods_n]]
+    pods = [replace(p, gpu_milli=MILLI) for p in middle_slice(
+        [p for p in read_pods(d / "openb_pod_list_default.csv") if p.num_gpu > 0], pods_n)]
     capacity = sum(len(n.gpus) for n in nodes)
     largest = max(len(n.gpus) for n in nodes)
     pods = [p for p in pods if p.num_gpu <= largest]
     span = max(1, pods[-1].creation_time - pods[0].creation_time)
-
-    def offered(speedup: float) -> float:
-        window = span / speedup
-        gpu_s = sum(p.num_gpu * min(window, max(1, p.deletion_time - p.creation_time))
-                    for p in pods)
-        return gpu_s / (capacity * window)
-
-    lo, hi = 1.0, 1e6
-    for _ in range(60):
-        mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if offered(mid) < load else (lo, mid)
+    lo = speedup_for_load(pods, capacity, load)
     sc = scenario_from_trace(nodes, pods, tenants=4, speedup=lo)
     # the trace's run times are long-tailed (some pods ran for weeks): cut at the arrival span
     cut = span / lo

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from admission.devcluster import create_nodes
 from admission.devcluster.berth import BERTH_CLI
+from admission.devcluster.nodes import FakeGpuNode
 
 T = TypeVar("T")
 
@@ -92,3 +99,18 @@ def api_refusal(call: Callable[[], object]) -> Any:
     except ApiException as exc:
         return exc
     return None
+
+
+@contextlib.contextmanager
+def gpu_node(core: client.CoreV1Api, prefix: str, model: str, *, gpus: int = 8,
+             gpu_memory_mib: int = 81920) -> Iterator[str]:
+    """One kwok GPU node of ``model`` named ``prefix-<random>`` for the block (a test's own
+    node, which its policy may restrict tenants to); deleted afterwards."""
+    name = f"{prefix}-{uuid.uuid4().hex[:5]}"
+    create_nodes(core, [FakeGpuNode(name=name, gpus=gpus, gpu_product=model,
+                                    gpu_memory_mib=gpu_memory_mib)])
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(ApiException):
+            core.delete_node(name)

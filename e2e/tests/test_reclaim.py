@@ -16,7 +16,6 @@ import contextlib
 import os
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,11 +25,9 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from admission import constants as c
-from admission.devcluster import create_nodes
-from admission.devcluster.nodes import FakeGpuNode
 from e2e.berth import BerthWebhook, berth_webhook
 from e2e.conftest import E2ECluster
-from e2e.helpers import eventually, pod_manifest
+from e2e.helpers import eventually, gpu_node, pod_manifest
 
 pytestmark = [
     pytest.mark.e2e,
@@ -60,14 +57,8 @@ def _policy(doc: dict[str, Any]) -> None:
 
 @pytest.fixture
 def a100_node(cluster: E2ECluster) -> Iterator[str]:
-    name = f"rcl-{uuid.uuid4().hex[:5]}"
-    create_nodes(cluster.core, [FakeGpuNode(name=name, gpus=8, gpu_product=MODEL,
-                                            gpu_memory_mib=81920)])
-    try:
+    with gpu_node(cluster.core, "rcl", MODEL) as name:
         yield name
-    finally:
-        with contextlib.suppress(ApiException):
-            cluster.core.delete_node(name)
 
 
 def _replica_set(name: str, *, replicas: int, gpus: int) -> dict[str, Any]:

@@ -9,23 +9,18 @@ only A100), and a policy that reserves for a gang as soon as it cannot fit.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.client.rest import ApiException
 
 from admission import constants as c
-from admission.devcluster import create_nodes
-from admission.devcluster.nodes import FakeGpuNode
 from e2e.berth import berth_webhook
 from e2e.conftest import E2ECluster
-from e2e.helpers import eventually, pod_manifest
+from e2e.helpers import eventually, gpu_node, pod_manifest
 
 pytestmark = [
     pytest.mark.e2e,
@@ -46,14 +41,8 @@ def _policy(doc: dict[str, Any]) -> None:
 
 @pytest.fixture
 def a100_node(cluster: E2ECluster) -> Iterator[str]:
-    name = f"resv-{uuid.uuid4().hex[:5]}"
-    create_nodes(cluster.core, [FakeGpuNode(name=name, gpus=8, gpu_product=MODEL,
-                                            gpu_memory_mib=81920)])
-    try:
+    with gpu_node(cluster.core, "resv", MODEL) as name:
         yield name
-    finally:
-        with contextlib.suppress(ApiException):
-            cluster.core.delete_node(name)
 
 
 def _pod(name: str, gpus: int, deadline: int | None) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from solver.types import (
     MILLI,
@@ -97,6 +97,41 @@ class TracePod:
     qos: str
     creation_time: int
     deletion_time: int
+
+
+def middle_slice(pods: Sequence[TracePod], count: int) -> list[TracePod]:
+    """``count`` consecutive pods by creation time (then name) from the middle of a pod list
+    (a trace's early months are nearly empty), times shifted so the first arrives at 0."""
+    ordered = sorted(pods, key=lambda p: (p.creation_time, p.name))
+    if not ordered:
+        return []
+    start = len(ordered) // 2
+    t0 = ordered[start].creation_time
+    return [replace(p, creation_time=p.creation_time - t0, deletion_time=p.deletion_time - t0)
+            for p in ordered[start : start + count]]
+
+
+def speedup_for_load(pods: Sequence[TracePod], capacity_gpus: float, load: float) -> float:
+    """How much faster than recorded ``pods`` must arrive for the GPU time they offer within
+    their (sped-up) arrival period to be ``load`` x ``capacity_gpus`` over it. Run times are
+    long-tailed (a few pods ran for months), so each counts only up to the period's end;
+    offered load grows with the speedup, so the answer is bisected on a log scale in
+    ``[1, 1e6]``."""
+    if not pods or capacity_gpus <= 0:
+        return 1.0
+    span = max(1, max(p.creation_time for p in pods) - min(p.creation_time for p in pods))
+
+    def offered(speedup: float) -> float:
+        window = span / speedup
+        gpu_s = sum(p.num_gpu * p.gpu_milli / 1000
+                    * min(window, max(1, p.deletion_time - p.creation_time)) for p in pods)
+        return gpu_s / (capacity_gpus * window)
+
+    lo, hi = 1.0, 1e6
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if offered(mid) < load else (lo, mid)
+    return lo
 
 
 def tenant_by_hash(pod_name: str, tenants: int) -> str:
