@@ -27,3 +27,8 @@ def labels(obj: Obj) -> Mapping[str, str]:
 
 def annotations_of(obj: Obj) -> Mapping[str, str]:
     return meta(obj).get("annotations") or {}
+
+
+def gate_names(pod: Obj) -> list[str]:
+    """The names of the pod's scheduling gates, in order."""
+    return [g.get("name", "") for g in spec(pod).get("schedulingGates") or []]

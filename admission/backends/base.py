@@ -76,3 +76,8 @@ class Backend(Protocol):
     def problem(self, pod: Obj) -> str | None:
         """What the pod lacks for this backend that can no longer be added, or None."""
         ...
+
+    def waiting_for(self, pod: Obj) -> str | None:
+        """What the backend's own queue has yet to do before Berth may place the pod (its
+        admission, by the queue's quota), in words for the pod's condition; None: nothing."""
+        ...

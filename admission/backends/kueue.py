@@ -15,15 +15,22 @@ Order and who decides what:
 
 1. Kueue sees the pod group as a Workload once all its pods exist and admits it against its
    ClusterQueue quota (nominal quota, cohort borrowing, preemption): *how much* each tenant may
-   run, in Kueue's terms. Admission removes Kueue's gate.
-2. Berth, every batch window, decides *which* gangs run now and *where*: per-pod node and GPUs,
-   GPU fractions, topology, interference and its own fair share, then removes its gate.
-3. The pod is scheduled when both gates are gone, in either order.
+   run, in Kueue's terms. Admission removes Kueue's gate(s) and writes the chosen
+   ResourceFlavor's node labels into the pods' ``nodeSelector``.
+2. Only then does Berth consider the gang (:meth:`KueueBackend.waiting_for`: a pod still
+   carrying a ``kueue.x-k8s.io/`` gate keeps its gang out of the solve, its pods told they wait
+   for Kueue). Every batch window Berth decides *which* admitted gangs run now and *where*:
+   per-pod node and GPUs, within the flavor's node labels as it reads any ``nodeSelector``,
+   GPU fractions, topology, interference and its own fair share; then it removes its gate and
+   the pod is scheduled.
 
-Berth's quota is the placement-level ceiling (fractions in milli-GPU, which Kueue does not
-model); Kueue's quota is the accounting of record. Keep Kueue's nominal quota at or above
-Berth's for the same tenant, or a gang Berth released waits on Kueue's gate while holding the
-capacity Berth assigned it (Berth counts it as held until it is bound or deleted).
+Kueue first, because the other order wastes GPUs and can deadlock: a gang Berth placed before
+Kueue admitted it held the capacity Berth assigned it while it waited on Kueue's quota (Berth
+counts a released pod as held until it is bound or deleted), and with a ResourceFlavor per GPU
+model Kueue could then pick another model's flavor than the node Berth pinned, leaving the pod
+unschedulable (e2e/bench_compare.md measured both). Berth's quota stays the placement-level
+ceiling (fractions in milli-GPU, which Kueue does not model); Kueue's quota is the accounting
+of record.
 
 Why not Kueue's AdmissionCheck: an admission check answers per Workload and can only hand back
 ``podSetUpdates`` per PodSet (one node selector for every pod of a shape), while Berth assigns a
@@ -39,6 +46,10 @@ from admission import constants as c
 from admission import objects
 from admission.backends.base import BackendName, CustomObjects, ReleasedGang
 from admission.objects import Obj
+
+#: Every gate Kueue puts on a pod (its admission gate, and its topology gate when its
+#: TopologyAwareScheduling feature is on) starts with this.
+KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
 
 
 class KueueBackend:
@@ -78,3 +89,12 @@ class KueueBackend:
             return (f"label {c.KUEUE_QUEUE_LABEL} was not set at creation, so Kueue does not "
                     "manage this pod; set the tenant's queue under tenants[].queues.kueue")
         return None
+
+    def waiting_for(self, pod: Obj) -> str | None:
+        held = sorted(g for g in objects.gate_names(pod)
+                      if g.startswith(KUEUE_GATE_PREFIX))
+        if not held:
+            return None
+        return (f"Kueue has not admitted it yet (gate {', '.join(held)}: its ClusterQueue's "
+                "quota, see the QuotaReserved condition of its Workload with `kubectl get "
+                "workloads`); Berth places the gang once Kueue has")

@@ -33,3 +33,6 @@ class StandaloneBackend:
 
     def problem(self, pod: Obj) -> str | None:
         return None
+
+    def waiting_for(self, pod: Obj) -> str | None:
+        return None

@@ -76,3 +76,6 @@ class VolcanoBackend:
             return ("schedulerName is not 'volcano' and cannot change after creation; the "
                     "webhook sets it when release.backend is volcano")
         return None
+
+    def waiting_for(self, pod: Obj) -> str | None:
+        return None

@@ -98,6 +98,8 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
             else:
                 out[g.key] = Why("GangIncomplete", f"waiting: gang {g.key} has {have} of "
                                  f"{g.size} pods; it is considered once all exist")
+        elif g.state == GangState.QUEUED:
+            out[g.key] = Why("QueueAdmission", f"waiting: {g.error}")
         elif g.state == GangState.PENDING and g.key not in admitted:
             n = ahead.get(g.key, 0)
             tail = f"; {_plural(n, 'gang')} ahead"

@@ -93,6 +93,18 @@ REASONS: Final[tuple[Reason, ...]] = (
         "Split the job into gangs within the limit, or raise `tenants[].limits.maxGangSize`.",
     ),
     Reason(
+        "QueueAdmission", True, "Normal", "explain.py",
+        "With `release.backend: kueue`, Kueue has not admitted the gang's Workload yet (its "
+        "gate is still on a pod): Kueue's ClusterQueue quota decides *how much* each tenant "
+        "runs, and Berth places only what Kueue admitted, within the ResourceFlavor's node "
+        "labels Kueue writes on the pods.",
+        "waiting: pod team-a/train-0: Kueue has not admitted it yet (gate "
+        "kueue.x-k8s.io/admission: its ClusterQueue's quota, see the QuotaReserved condition "
+        "of its Workload with `kubectl get workloads`); Berth places the gang once Kueue has",
+        "Read the Workload's `QuotaReserved` condition (`kubectl describe workload`); wait for "
+        "the ClusterQueue's quota, or raise its nominal quota or borrowing limit.",
+    ),
+    Reason(
         "Quota", True, "Normal", "explain.py",
         "Admitting the gang would take its tenant over its quota, beyond its borrowing limit, "
         "or beyond the idle quota other tenants leave (the solver's own quota rule).",

@@ -4,6 +4,9 @@ the cycle needs around it.
 Pods are sorted into gangs and each gang into one state:
 
 - ``pending``: every pod exists and waits behind Berth's gate: the solver decides it.
+- ``queued``: every pod exists but the release backend's own queue has not admitted it yet
+  (Kueue's gate is still on a pod: :meth:`admission.backends.base.Backend.waiting_for`); it
+  never reaches the solver and holds nothing until it is admitted.
 - ``incomplete``: some pods have not arrived; it waits (and times out after the policy's
   gang timeout), never reaching the solver.
 - ``finishing``: every pod carries the same plan id, so a release was under way (this
@@ -30,6 +33,7 @@ from enum import StrEnum
 from typing import Any
 
 from admission import constants as c
+from admission.backends import backend_named
 from admission.controller import demand, trust
 from admission.controller import translate as tr
 from admission.controller.dra import WAITING, DraState
@@ -63,6 +67,7 @@ class GangState(StrEnum):
     """Where a gang stands this cycle (the module docstring says what each means)."""
 
     PENDING = "pending"
+    QUEUED = "queued"  # complete, but its backend's own queue has not admitted it yet
     INCOMPLETE = "incomplete"
     FINISHING = "finishing"
     BROKEN = "broken"
@@ -78,7 +83,7 @@ class GangInfo:
     first_created: datetime | None = None
     state: GangState = GangState.PENDING
     plan: str | None = None  # the plan id all pods carry (finishing)
-    error: str | None = None
+    error: str | None = None  # broken, incomplete: what is wrong; queued: what it waits for
     refusal: Refusal | None = None  # broken, though readable: why Berth will not release it
     declared: list[int | None] = field(default_factory=list)  # gang size each pod declares
     gang: Gang | None = None  # the solver's view (pending)
@@ -248,7 +253,16 @@ def classify(info: GangInfo, settings: Settings, dra: DraState | None = None) ->
         if len(same) >= info.size:
             info.state, info.plan = GangState.FINISHING, plan
             return
-    info.state = GangState.INCOMPLETE if info.missing else GangState.PENDING
+    if info.missing:
+        info.state = GangState.INCOMPLETE
+        return
+    backend = backend_named(settings.backend)
+    for p in sorted(info.gated, key=tr.pod_key):
+        waiting = backend.waiting_for(p)
+        if waiting is not None:
+            info.state, info.error = GangState.QUEUED, f"pod {tr.pod_key(p)}: {waiting}"
+            return
+    info.state = GangState.PENDING
 
 
 def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo,

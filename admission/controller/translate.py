@@ -20,6 +20,7 @@ from admission.controller import keys, quantity
 # The small readers, re-exported: the controller reads objects through this module.
 from admission.objects import Obj as Obj
 from admission.objects import annotations_of as annotations_of
+from admission.objects import gate_names as gate_names
 from admission.objects import labels as labels
 from admission.objects import meta as meta
 from admission.objects import spec as spec
@@ -50,10 +51,6 @@ class TranslationError(ValueError):
 def pod_key(pod: Obj) -> str:
     m = meta(pod)
     return f"{m.get('namespace', 'default')}/{m.get('name', '')}"
-
-
-def gate_names(pod: Obj) -> list[str]:
-    return [g.get("name", "") for g in spec(pod).get("schedulingGates") or []]
 
 
 def has_berth_gate(pod: Obj) -> bool:

@@ -29,6 +29,7 @@ from solver.types import MILLI, Snapshot
 # How each gang state reads in the table.
 STATE_WORDS = {
     GangState.PENDING: "queued",
+    GangState.QUEUED: "at its queue",
     GangState.INCOMPLETE: "incomplete",
     GangState.BROKEN: "invalid",
     GangState.FINISHING: "releasing",

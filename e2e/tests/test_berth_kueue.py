@@ -3,13 +3,13 @@
 ``berth serve`` and Kueue's manager (its plain-pod integration on for the test's namespace) run
 side by side. Berth's webhook runs first (configurations are called in name order) and adds the
 tenant's LocalQueue label and, for a gang, Kueue's pod-group keys; Kueue's webhook then adds
-its own gate. Each tool removes only its own gate: Kueue when the Workload fits its
-ClusterQueue quota, Berth when its batch window places the gang. A pod binds only when both
-are gone, on the node Berth wrote.
+its own gate. Each tool removes only its own gate, Kueue first: Kueue when the Workload fits
+its ClusterQueue quota, then Berth, which places only gangs Kueue has admitted, when its batch
+window places the gang. The pod binds on the node Berth wrote.
 
 Quotas: Berth's team-a may hold 16 GPUs (plus 8 borrowed); the ClusterQueue here holds 10.
-Past 10 GPUs Kueue's quota decides: Berth releases the pod (its own quota has room) and the
-pod stays gated by Kueue, its Workload pending.
+Past 10 GPUs Kueue's quota decides: the pod keeps both gates, Berth holds no GPUs for it and
+tells it it waits for Kueue, until Kueue admits it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from kubernetes import dynamic
 from kubernetes.client.rest import ApiException
 
 from admission import constants as c
+from admission.controller import keys
 from admission.devcluster.processes import ProcessRecord
 from e2e.berth import BerthWebhook, berth_serve_as_deployed
 from e2e.conftest import E2ECluster
@@ -195,14 +196,14 @@ def test_pods_pass_both_gates_each_removed_by_its_owner_and_run_where_berth_plac
         # the gates went one at a time (never both in one update).
         assert len(states) == 3 and states[0] == BOTH and states[-1] == frozenset(), \
             f"{name}: gates did not go one at a time: {states}"
-    # Kueue admits at once; Berth waits for its window: Kueue's gate went first here.
-    assert any(history.seen[p.metadata.name][1] == frozenset({"berth"})
-               for p in pods), {k: [sorted(s) for s in v] for k, v in history.seen.items()}
+    # Kueue admits first, always: Berth places only what Kueue admitted.
+    assert all(history.seen[p.metadata.name][1] == frozenset({"berth"}) for p in pods), \
+        {k: [sorted(s) for s in v] for k, v in history.seen.items()}
     # The gang landed where Berth put it, both pods at once.
     assert {p.metadata.name for p in pods} == {"solo", "pair-0", "pair-1"}
 
 
-def test_over_kueue_quota_a_pod_berth_released_stays_gated_by_kueue(
+def test_over_kueue_quota_a_pod_waits_for_kueue_and_berth_holds_nothing_for_it(
     cluster: E2ECluster, tenant_namespaces: dict[str, str], kueue: ProcessRecord,
     berth: BerthWebhook
 ) -> None:
@@ -216,31 +217,41 @@ def test_over_kueue_quota_a_pod_berth_released_stays_gated_by_kueue(
         # 8 of Kueue's 10 GPUs are taken; 4 more fit Berth's quota (16) but not Kueue's.
         core.create_namespaced_pod(ns, pod_manifest("over", gpus=4))
         over = eventually(lambda: core.read_namespaced_pod("over", ns),
-                          lambda p: c.ANNOTATION_ASSIGNED_NODE in (p.metadata.annotations
-                                                                   or {}),
-                          timeout=60, what="Berth to release the 4-GPU pod")
-        time.sleep(6)  # Kueue has had every chance; the pod must still wait on its gate
-        over = core.read_namespaced_pod("over", ns)
+                          lambda p: (w := _waiting(p)) is not None
+                          and w.reason == "QueueAdmission",
+                          timeout=60, what="Berth to say the 4-GPU pod waits for Kueue")
         pending = [w for w in _workloads(cluster, ns)
                    if _conditions(w).get("QuotaReserved") != "True"]
     except AssertionError as exc:
         raise AssertionError(f"{exc}{_logs(berth, kueue)}") from None
     gates = [g.name for g in over.spec.scheduling_gates or []]
-    assert owners(over.spec.scheduling_gates) == {"kueue"} and c.KUEUE_GATE in gates, \
-        f"over-quota pod has gates {gates}, expected Kueue's alone{_logs(berth, kueue)}"
+    assert owners(over.spec.scheduling_gates) == BOTH and c.KUEUE_GATE in gates, \
+        f"over-quota pod has gates {gates}, expected both{_logs(berth, kueue)}"
+    assert c.ANNOTATION_ASSIGNED_NODE not in (over.metadata.annotations or {}), \
+        "Berth placed a pod Kueue had not admitted"
     assert over.spec.node_name is None
+    waiting = _waiting(over)
+    assert waiting is not None and "Kueue has not admitted it yet" in waiting.message, waiting
     assert len(pending) == 1, [w.metadata.name for w in _workloads(cluster, ns)]
     # Kueue's verdict names its quota: nvidia.com/gpu in the ClusterQueue.
     messages = [cond.message for cond in pending[0].status.conditions or []
                 if cond.type == "QuotaReserved"]
     assert any("nvidia.com/gpu" in m for m in messages), messages
 
-    # Kueue's quota frees when the first pod goes; the held pod then binds where Berth put it.
+    # Kueue's quota frees when the first pod goes; Kueue admits, then Berth places and
+    # releases the held pod, which binds where Berth put it.
     core.delete_namespaced_pod("first", ns, grace_period_seconds=0)
     try:
         ran = eventually(lambda: core.read_namespaced_pod("over", ns),
                          lambda p: p.status.phase == "Running", timeout=90,
-                         what="the held pod to be admitted by Kueue and run")
+                         what="the held pod to be admitted by Kueue, placed by Berth and run")
     except AssertionError as exc:
         raise AssertionError(f"{exc}{_logs(berth, kueue)}") from None
     assert ran.spec.node_name == ran.metadata.annotations[c.ANNOTATION_ASSIGNED_NODE]
+    waiting = _waiting(ran)
+    assert waiting is None or waiting.status == "False", waiting
+
+
+def _waiting(pod: Any) -> Any:
+    return next((cond for cond in pod.status.conditions or []
+                 if cond.type == keys.CONDITION_WAITING), None)
