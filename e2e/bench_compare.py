@@ -23,8 +23,9 @@ and capacity frees as in a real cluster. Each system gets the gangs in its own v
   (borrowing on, reclaim on as Kueue's and Volcano's); the pods state their gang size
   (``berth.dev/gang-size``).
 - ``berth-kueue``: ``berth serve`` with ``release.backend: kueue`` in front of Kueue (its pod
-  integration) with the same ClusterQueues but one ResourceFlavor for every GPU (Berth chooses
-  the node; see :meth:`Berth.running`).
+  integration) with the same ClusterQueues and ResourceFlavors as ``kueue``: Kueue admits a
+  gang by quota and writes its flavor's node labels on the pods, then Berth places it within
+  them (admission/backends/kueue.py; see :meth:`Berth.running`).
 
 Every pod carries its allowed GPU models as required node affinity (every system honours it;
 Berth also reads ``berth.dev/gpu-models``) and ``activeDeadlineSeconds`` of ``--deadline-factor``
@@ -577,12 +578,12 @@ class Berth(System):
                            compress=self.workload.compress)
         with contextlib.ExitStack() as stack:
             if self.backend == "kueue":
-                # one flavor: Berth chooses each pod's node and pins it there by hostname;
-                # Kueue picks a flavor by quota alone (the pin names no model), so a flavor
-                # per model sends the pod to another model's nodes than its pin: Unschedulable
-                # (openb, 2026-12-04: 15 of 200 never started, 11 of them so; default: 35 of
-                # 140, most held at Kueue's admission gate)
-                stack.enter_context(self.kueue(("pod",), one_flavor=True))
+                # Kueue's flavors as the kueue system has them: Kueue admits first and
+                # writes the flavor's node labels, Berth places within them. (When Berth
+                # placed first, a flavor per model sent pods to other nodes than Berth's pin,
+                # Unschedulable: openb 15 of 200 never started, default 35 of 140.)
+                stack.enter_context(self.kueue(
+                    ("pod",), one_flavor=getattr(self.args, "kueue_one_flavor", False)))
             hook = stack.enter_context(berth_webhook(
                 self.e2e, self.work / "berth", self.namespaces, serve=True, policy_doc=doc))
             assert hook.record is not None
@@ -1077,7 +1078,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--kueue-one-flavor", action="store_true",
                     help="the kueue system's ClusterQueues with one ResourceFlavor for every "
                     "GPU (the setup before 2026-12-04; its rows are named 'kueue (one "
-                    "flavor)'); berth-kueue always has one flavor")
+                    "flavor)'); berth-kueue too")
     ap.add_argument("--keep", action="store_true", help="keep each run's cluster directory")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown report here")
     ap.add_argument("--json", type=Path, default=None, help="write every row here")
