@@ -38,7 +38,9 @@ def _num(x: float | None, none: str = "-") -> str:
 
 def _message(w: WaitingGang) -> str:
     msg = w.message or ("not told yet: the controller writes a reason at its next window"
-                        if w.state == "queued" else "")
+                        if w.state == "queued" else
+                        "its queue (Kueue) has not admitted it yet; Berth places it after"
+                        if w.state == "at its queue" else "")
     return msg[len(WAITING_PREFIX):] if msg.startswith(WAITING_PREFIX) else msg
 
 

@@ -29,7 +29,7 @@ from solver.types import MILLI, Snapshot
 # How each gang state reads in the table.
 STATE_WORDS = {
     GangState.PENDING: "queued",
-    GangState.QUEUED: "at its queue",
+    GangState.QUEUED: "at its queue",  # Kueue has not admitted it yet (admission/backends)
     GangState.INCOMPLETE: "incomplete",
     GangState.BROKEN: "invalid",
     GangState.FINISHING: "releasing",
@@ -236,7 +236,8 @@ def waiting_gangs(pic: Picture) -> list[WaitingGang]:
             message=cond.get("message") if cond else None,
             since=cond.get("lastTransitionTime") if cond else None))
     out.extend(_not_bound(pic, set(built.gangs)))
-    rank = {"queued": 0, "incomplete": 1, "invalid": 2, "releasing": 3, NOT_BOUND_STATE: 4}
+    rank = {"queued": 0, STATE_WORDS[GangState.QUEUED]: 1, "incomplete": 2, "invalid": 3,
+            "releasing": 4, NOT_BOUND_STATE: 5}
     out.sort(key=lambda w: (w.tenant, rank.get(w.state, 9), w.position or 0, w.gang))
     return out
 

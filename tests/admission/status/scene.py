@@ -24,12 +24,13 @@ def policy(text: str = POLICY_TEXT) -> Policy:
 class Scene:
     """Two racks of one 8-GPU node each; the controller of the test policy."""
 
-    def __init__(self, nodes: int = 2, gpus: int = 8) -> None:
+    def __init__(self, nodes: int = 2, gpus: int = 8, text: str = POLICY_TEXT) -> None:
         self.api = FakeApi()
         for i in range(nodes):
             self.api.add_node(node(f"n{i}", gpus=gpus, rack=f"rack-{i}"))
         self.clock = FakeClock()
-        self.ctl = controller(self.api, self.clock, s=from_policy(policy()))
+        self.text = text
+        self.ctl = controller(self.api, self.clock, s=from_policy(policy(text)))
 
     def add(self, name: str, *, ns: str = "team-a", gang: str | None = None, size: int = 1,
             gpus: int = 1, annotations_extra: dict[str, str] | None = None,
@@ -54,6 +55,7 @@ class Scene:
                 self.api.bind(key, ann[c.ANNOTATION_ASSIGNED_NODE])
 
     def source(self, **kw: object) -> FakeSource:
+        kw.setdefault("policy_text", self.text)
         return FakeSource(self.api, **kw)  # type: ignore[arg-type]
 
     def view(self, **kw: object) -> ClusterView:

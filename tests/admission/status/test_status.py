@@ -17,7 +17,7 @@ from admission.status import keys as sk
 from admission.status.report import TenantRow
 from tests.admission.controller.harness import condition
 from tests.admission.controller.objects import pod
-from tests.admission.status.fakesource import FakeSource
+from tests.admission.status.fakesource import POLICY_TEXT, FakeSource
 from tests.admission.status.scene import Scene, quota_scene
 
 
@@ -277,3 +277,34 @@ def test_gpus_held_through_resource_claims_count_as_used() -> None:
     # a user who may not list ResourceSlices is told what is missing
     denied = s.picture(forbid={("list", "resourceslices.resource.k8s.io", None)})
     assert any("resourceslices not read" in n for n in denied.view.notes)
+
+
+KUEUE_POLICY = "".join(
+    line + "\n" + (f"    queues: {{kueue: {line.split('[')[1].rstrip(']')}-queue}}\n"
+                   if line.startswith("    namespaces: [") else "")
+    for line in POLICY_TEXT.splitlines()) + "release:\n  backend: kueue\n"
+
+
+def test_a_gang_kueue_has_not_admitted_is_at_its_queue() -> None:
+    """With the Kueue backend a gang still behind Kueue's gate is not in Berth's queue: it
+    shows as at its queue, with the controller's reason, and holds nothing."""
+    s = Scene(text=KUEUE_POLICY)
+    for k in range(2):
+        s.add(f"kq-{k}", gang="kq", size=2, gpus=4, extra_gates=(c.KUEUE_GATE,),
+              labels_extra={c.KUEUE_QUEUE_LABEL: "team-a-queue"})
+    s.cycle()
+    st = status(s.picture())
+    (w,) = [w for w in st.waiting if w.gang == "team-a/kq"]
+    assert (w.state, w.reason) == ("at its queue", None)  # not told yet: the grace
+    out = io.StringIO()
+    render.print_status(st, file=out)
+    assert "its queue (Kueue) has not admitted it yet" in out.getvalue()
+    s.cycle()
+    st = status(s.picture())
+    (w,) = [w for w in st.waiting if w.gang == "team-a/kq"]
+    assert (w.state, w.reason, w.position) == ("at its queue", "QueueAdmission", None)
+    assert w.message is not None and "Kueue has not admitted it yet" in w.message
+    assert rows(st)["team-a"].used == 0
+    out = io.StringIO()
+    render.print_status(st, file=out)
+    assert "at its queue" in out.getvalue()
