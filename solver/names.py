@@ -2,7 +2,9 @@
 
 Every choice of solver (the ``solve`` and ``simulate`` command lines, the timed replay, the
 controller, :func:`solver.api.solve`) and every check of one reads this enum, so a new solver
-is named in one place. Light on purpose: a command-line parser imports it for its choices
+is named in one place. ``kueue`` and ``volcano`` are *models* of those systems' queueing
+(solver/baselines/kueue.py, solver/baselines/volcano.py: Kueue-like and Volcano-like
+baselines), not the systems; the real ones are compared in e2e/bench_compare.py. Light on purpose: a command-line parser imports it for its choices
 without loading CP-SAT. Names stay plain strings on the wire: a member equals its value.
 """
 
@@ -17,6 +19,8 @@ class SolverName(StrEnum):
     BESTFIT = "bestfit"
     FIRSTFIT = "firstfit"
     RANDOM = "random"
+    KUEUE = "kueue"
+    VOLCANO = "volcano"
 
     @classmethod
     def of(cls, text: str) -> SolverName | None:
@@ -25,3 +29,8 @@ class SolverName(StrEnum):
             return cls(text)
         except ValueError:
             return None
+
+
+#: The baselines that model another system's queueing (per-tenant queues, their own order),
+#: not only where a pod goes.
+QUEUEING: tuple[SolverName, ...] = (SolverName.KUEUE, SolverName.VOLCANO)
