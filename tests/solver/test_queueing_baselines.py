@@ -167,50 +167,69 @@ def test_proportion_water_fills_by_weight_capped_by_request_and_capability() -> 
 
 
 def test_volcano_serves_the_queue_of_lowest_share_first() -> None:
-    # 4 free GPUs (4 run for a); a and b each wait with a 4-GPU gang, a's older and of higher
-    # priority: b's share (0) is lower than a's, so b goes
+    # 4 free GPUs (2 run for a, 2 for c); a and b each wait with a 4-GPU gang, a's older and
+    # of higher priority: b's share (0) is lower than a's (2 of its deserved 3), so b goes
     s = Snapshot(nodes=(node("n0"),),
                  gangs=(gang("a2", 4, tenant="a", wait=900.0, priority=3),
                         gang("b1", 4, tenant="b", wait=10.0)),
-                 running=(running("a1", "n0", range(0, 4), tenant="a"),),
-                 tenants=(Tenant("a"), Tenant("b")))
+                 running=(running("a1", "n0", range(0, 2), tenant="a"),
+                          running("c1", "n0", range(2, 4), tenant="c")),
+                 tenants=(Tenant("a"), Tenant("b"), Tenant("c")))
     assert decide(s, "volcano").admitted_names == {"b1"}
 
 
+def test_volcano_share_is_updated_after_each_job() -> None:
+    # 4 free GPUs, c holds 4; a and b each wait with two 2-GPU gangs. a goes first (equal
+    # shares, by name), then b's share (0) is below a's: one gang each
+    s = Snapshot(nodes=(node("n0"),),
+                 gangs=(gang("a1", 2, tenant="a", wait=900.0), gang("a2", 2, tenant="a",
+                                                                    wait=800.0),
+                        gang("b1", 2, tenant="b", wait=10.0), gang("b2", 2, tenant="b",
+                                                                   wait=5.0)),
+                 running=(running("c1", "n0", range(4, 8), tenant="c"),),
+                 tenants=(Tenant("a"), Tenant("b"), Tenant("c")))
+    assert decide(s, "volcano").admitted_names == {"a1", "b1"}
+
+
 def test_volcano_gives_an_overused_queue_nothing_more() -> None:
-    # a (weight 1) holds 4 and asks for 2 more; b (weight 3) asks for 12: a deserves
-    # 4 of 16, already holds it, so its gang waits though 2 GPUs stay free after b's
+    # a (weight 1) holds 4 and asks for 2 more; b (weight 3) asks for 8 + 12 (the 12-GPU pod
+    # fits no node): a deserves 4 of 16 and holds it, so a2 waits though 4 GPUs stay free
     s = Snapshot(nodes=(node("n0"), node("n1")),
                  gangs=(gang("a2", 2, tenant="a", wait=900.0),
-                        gang("b1", 8, tenant="b"), gang("b2", 4, tenant="b")),
+                        gang("b1", 8, tenant="b"), gang("b2", 12, tenant="b")),
                  running=(running("a1", "n0", range(0, 4), tenant="a"),),
                  tenants=(Tenant("a", weight=1.0), Tenant("b", weight=3.0)))
     plan = decide(s, "volcano")
-    assert "a2" not in plan.admitted_names and {"b1"} <= plan.admitted_names
+    assert plan.admitted_names == {"b1"}
     # a placement-only baseline in Berth's order gives a2 its GPUs
     assert "a2" in solve(s, solver="bestfit").admitted_names
 
 
 def test_volcano_queue_at_its_capability_gets_nothing_more() -> None:
-    # capability of a: quota 2 + borrow limit 2 = 4 GPUs; it holds 4
+    # capability of a: quota 2 + borrow limit 2 = 4 GPUs; it holds 3 and asks for 2 more
     s = Snapshot(nodes=(node("n0"),),
-                 gangs=(gang("a2", 1, tenant="a"),),
-                 running=(running("a1", "n0", range(0, 4), tenant="a"),),
+                 gangs=(gang("a2", 2, tenant="a"),),
+                 running=(running("a1", "n0", range(0, 3), tenant="a"),),
                  tenants=(Tenant("a", quota_milli=2000, borrow_limit_milli=2000),
                           Tenant("b", quota_milli=6000)))
-    plan = decide(s, "volcano")
-    assert plan.admitted_names == frozenset()
+    plan = place(s, "volcano")
+    assert plan.admitted == ()
+    (d,) = plan.deferred
+    assert "capability of 4000" in d.reason
+    assert decide(s, "volcano").admitted == ()
 
 
 def test_volcano_never_half_places_a_gang() -> None:
-    # a 3-pod gang of 4 GPUs each on two 8-GPU nodes with 6 GPUs busy: two pods would fit
+    # a 3-pod gang of 4 GPUs each on two 8-GPU nodes with 6 GPUs busy: two pods would fit;
+    # what they would have taken is free again for the next gang (5 GPUs on one node)
     s = Snapshot(nodes=(node("n0"), node("n1")),
-                 gangs=(gang("g", 4, tenant="a", pods=3),),
+                 gangs=(gang("g", 4, tenant="a", pods=3, wait=900.0),
+                        gang("h", 5, tenant="a", wait=10.0)),
                  running=(running("r0", "n0", range(0, 3), tenant="b"),
                           running("r1", "n1", range(0, 3), tenant="b")),
                  tenants=(Tenant("a"), Tenant("b")))
     plan = decide(s, "volcano")
-    assert plan.admitted == ()
+    assert plan.admitted_names == {"h"}
 
 
 # ------------------------------------------------------------------------------------------
@@ -279,10 +298,38 @@ def test_kueue_admits_within_nominal_plus_borrowing_limit(s: Snapshot) -> None:
         assert used.get(t.name, 0) <= ceiling
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(s=snapshots())
+@st.composite
+def borrowed_clusters(draw: st.DrawFn) -> Snapshot:
+    """Full clusters where some tenants run on borrowed quota and others wait within theirs."""
+    nodes = tuple(node(f"n{i}") for i in range(draw(st.integers(1, 2))))
+    tenants = ("a", "b", "c")
+    run: list[Running] = []
+    for nd in nodes:
+        taken = 0
+        while taken < len(nd.gpus):
+            size = min(draw(st.sampled_from([1, 2, 4])), len(nd.gpus) - taken)
+            run.append(running(f"{nd.name}-r{taken}", nd.name, range(taken, taken + size),
+                               tenant=draw(st.sampled_from(tenants)),
+                               run_s=draw(st.sampled_from([60.0, HOUR])),
+                               priority=draw(st.integers(0, 1))))
+            taken += size
+    total = 8 * len(nodes)
+    cut = sorted(draw(st.lists(st.integers(0, total), min_size=2, max_size=2)))
+    quotas = (cut[0], cut[1] - cut[0], total - cut[1])
+    ts = tuple(Tenant(t, quota_milli=q * 1000) for t, q in zip(tenants, quotas, strict=True))
+    gangs = tuple(gang(f"g{i}", draw(st.sampled_from([1, 2, 4])),
+                       tenant=draw(st.sampled_from(tenants)), pods=draw(st.integers(1, 2)),
+                       wait=draw(st.floats(0, 3600)))
+                  for i in range(draw(st.integers(1, 5))))
+    return Snapshot(nodes=nodes, gangs=gangs, running=tuple(run), tenants=ts,
+                    policy=SolverPolicy(reclaim=Reclaim(enabled=True, min_run_s=300.0)))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(s=borrowed_clusters())
 def test_kueue_reclaims_only_borrowers_whole_gangs_for_gangs_within_quota(s: Snapshot) -> None:
     plan = solve(s, solver="kueue")
+    assert check(s, plan) == [], [str(v) for v in check(s, plan)]
     if not plan.evictions:
         return
     assert s.policy.reclaim.enabled
@@ -296,6 +343,10 @@ def test_kueue_reclaims_only_borrowers_whole_gangs_for_gangs_within_quota(s: Sna
         q = quota[e.tenant]
         assert q is not None and before.get(e.tenant, 0) > q  # the victim borrowed
         assert sorted(e.pods) == sorted(of_gang[e.gang])  # whole
+        assert min(r.run_s or 0.0 for r in s.running if r.gang == e.gang) >= 300.0
         reclaimer = gangs[e.for_gang]
         rq = quota[reclaimer.tenant]
-        assert rq is not None and e.for_gang in plan.admitted_names
+        # the gang it was evicted for is admitted and stays within its tenant's quota
+        assert e.for_gang in plan.admitted_names and e.tenant != reclaimer.tenant
+        assert rq is not None
+        assert before.get(reclaimer.tenant, 0) + reclaimer.gpu_demand_milli <= rq
