@@ -28,7 +28,7 @@ from solver.checker import check
 from solver.cpsat.reasons import deferrals
 from solver.cpsat.solve import solve_cpsat
 from solver.names import SolverName
-from solver.plan import Plan, SolveStats
+from solver.plan import Plan
 from solver.reclaim import plan_reclaim
 from solver.reserve import solve_with_reservations
 from solver.types import Snapshot

@@ -3,9 +3,10 @@
 Every choice of solver (the ``solve`` and ``simulate`` command lines, the timed replay, the
 controller, :func:`solver.api.solve`) and every check of one reads this enum, so a new solver
 is named in one place. ``kueue`` and ``volcano`` are *models* of those systems' queueing
-(solver/baselines/kueue.py, solver/baselines/volcano.py: Kueue-like and Volcano-like
-baselines), not the systems; the real ones are compared in e2e/bench_compare.py. Light on purpose: a command-line parser imports it for its choices
-without loading CP-SAT. Names stay plain strings on the wire: a member equals its value.
+(solver/baselines/kueue.py and volcano.py: the Kueue-like and Volcano-like baselines), not
+the systems; the real ones are compared in e2e/bench_compare.py. Light on purpose: a
+command-line parser imports it for its choices without loading CP-SAT. Names stay plain
+strings on the wire: a member equals its value.
 """
 
 from __future__ import annotations

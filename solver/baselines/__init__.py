@@ -20,7 +20,7 @@ import numpy as np
 from solver.baselines import kueue, volcano
 from solver.baselines.cluster import ClusterArrays
 from solver.baselines.greedy import GangPlacer
-from solver.baselines.policies import PLACEMENT_ONLY, POLICIES
+from solver.baselines.policies import PLACEMENT_ONLY
 from solver.names import QUEUEING, SolverName
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
 from solver.queue import queue_order

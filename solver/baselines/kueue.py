@@ -74,7 +74,7 @@ def cluster_queue_order(snapshot: Snapshot) -> dict[str, list[Gang]]:
     """Each tenant's ClusterQueue: its gangs by priority, then creation (longest waiting
     first), then snapshot order."""
     queues: dict[str, list[Gang]] = {}
-    for i, g in sorted(enumerate(snapshot.gangs),
+    for _, g in sorted(enumerate(snapshot.gangs),
                        key=lambda ig: (-ig[1].priority, -ig[1].wait_seconds, ig[0])):
         queues.setdefault(g.tenant, []).append(g)
     return queues

@@ -107,7 +107,7 @@ def job_order(snapshot: Snapshot) -> dict[str, list[Gang]]:
     """Each queue's jobs: higher priority first, then creation (longest waiting), then
     snapshot order."""
     out: dict[str, list[Gang]] = {}
-    for i, g in sorted(enumerate(snapshot.gangs),
+    for _, g in sorted(enumerate(snapshot.gangs),
                        key=lambda ig: (-ig[1].priority, -ig[1].wait_seconds, ig[0])):
         out.setdefault(g.tenant, []).append(g)
     return out

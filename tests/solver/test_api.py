@@ -49,7 +49,8 @@ def test_solver_names_are_one_enum_and_the_refusal_lists_them() -> None:
     assert list(SolverName) == ["cpsat", "fgd", "bestfit", "firstfit", "random", "kueue",
                                 "volcano"]
     assert SolverName.of("fgd") is SolverName.FGD and SolverName.of("magic") is None
-    with pytest.raises(ValueError, match="one of cpsat, fgd, bestfit, firstfit, random, kueue, volcano, got 'ma"):
+    with pytest.raises(ValueError, match="one of cpsat, fgd, bestfit, firstfit, random, "
+                                         "kueue, volcano, got 'ma"):
         solve(_window(), solver="magic")
 
 
