@@ -63,7 +63,7 @@ def solve(
         t0 = time.perf_counter()
         plan = place(snapshot, name, seed=seed)
         if name == SolverName.KUEUE:
-            plan = plan_reclaim(snapshot, plan, order=kueue.reclaim_order(snapshot))
+            plan = plan_reclaim(snapshot, plan, waiting_order=kueue.reclaim_order(snapshot))
         stats = replace(plan.stats, solver=name, status="GREEDY",
                         wall_seconds=time.perf_counter() - t0)
         return replace(plan, deferred=deferrals(snapshot, plan), stats=stats)
