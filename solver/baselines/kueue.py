@@ -9,8 +9,8 @@ follows, from kubernetes-sigs/kueue (read 2026-12-04):
   within nominal quota before heads that must borrow, then higher priority, then FIFO on
   creation time. Fair sharing is off by default (no ``fairSharing`` in the Configuration), so
   no dominant-resource-share term.
-- pkg/queue/cluster_queue.go and site/content/en/docs/concepts/cluster_queue.md
-  (``queueingStrategy``): within a ClusterQueue workloads are ordered by priority, then
+- site/content/en/docs/concepts/cluster_queue.md (``queueingStrategy``): within a
+  ClusterQueue workloads are ordered by priority, then
   creation time. ``BestEffortFIFO``: a head that cannot be admitted is set aside as
   inadmissible and the next workload becomes the head, so a later, smaller workload may go
   first; it is retried when the cluster changes (here: the next window).
