@@ -207,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = [
         "# Timed replay: policies on a multi-tenant workload",
         "",
-        "Regenerate: `python3 bench/timed_sim.py" + (" --alibaba" if args.alibaba else "") + "`"
+        f"Regenerate: `python3 bench/timed_sim.py --seeds {args.seeds}"
+        + (" --alibaba" if args.alibaba else "") + "`"
         f" (seeds {args.seeds}, {args.window_s:g} s batch windows, solver time limit "
         f"{args.time_limit:g} s per window). Machine: {platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}; shared with other work, "
