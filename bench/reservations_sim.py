@@ -15,7 +15,15 @@ Every gang's deadline is its run time in the ``cpsat`` rows (``TimedConfig.deadl
 for the generated one) and the ratios the planning-over-time issue sets targets on (p99 and
 mean wait against best-fit's). Results: bench/reservations_sim.md.
 
+The Kueue-like and Volcano-like baselines (``kueue``, ``volcano``: models of those systems'
+queueing, solver/baselines/kueue.py and volcano.py, not the systems) run in the same replays.
+``--quotas`` adds each workload once more as e2e/bench_compare.py sets up the real Kueue,
+Volcano and Berth: every tenant's quota is its weight's part of the cluster's GPUs (largest
+remainder), borrowing without limit, reclaim on (Kueue's reclaimWithinCohort: Any; the policy's
+minimum run time before a reclaim, 300 s), with the rows ``QUOTA_ROWS``.
+
     python3 bench/reservations_sim.py [--seeds 0,1,2,3,4] [--lists default,gpushare40,gpuspec20]
+                                      [--quotas]
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from timed_sim import alibaba_slice  # noqa: E402
 from solver.simulate.generate import generate  # noqa: E402
 from solver.simulate.timed import TimedConfig, TimedResult, simulate_timed  # noqa: E402
 from solver.simulate.timed_scenario import Scenario  # noqa: E402
-from solver.types import FairSharing, TargetWorkload  # noqa: E402
+from solver.types import MILLI, FairSharing, Reclaim, TargetWorkload  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,34 @@ class Row:
 
 ROWS = (Row("cpsat", "cpsat", True), Row("cpsat-norecords", "cpsat", True, records=False),
         Row("cpsat-nodeadlines", "cpsat", False),
-        Row("bestfit", "bestfit", False), Row("fgd", "fgd", False))
+        Row("bestfit", "bestfit", False), Row("fgd", "fgd", False),
+        Row("kueue", "kueue", False), Row("volcano", "volcano", False))
+#: The rows of the ``--quotas`` setup (bench_compare.py's quotas, borrowing and reclaim).
+QUOTA_ROWS = (Row("cpsat", "cpsat", True), Row("bestfit", "bestfit", False),
+              Row("kueue", "kueue", False), Row("volcano", "volcano", False))
+
+
+def split_by_weight(total: int, weights: dict[str, float]) -> dict[str, int]:
+    """``total`` split by weight, rounded by largest remainder (ties: the earlier tenant), the
+    rule e2e/bench_compare.py gives the real systems' quotas by."""
+    w = sum(weights.values())
+    exact = {t: total * x / w for t, x in weights.items()}
+    out = {t: int(v) for t, v in exact.items()}
+    order = sorted(weights, key=lambda t: (-(exact[t] - out[t]), list(weights).index(t)))
+    for t in order[: total - sum(out.values())]:
+        out[t] += 1
+    return out
+
+
+def with_quotas(scenario: Scenario) -> Scenario:
+    """The scenario as bench_compare.py sets up every system: quotas by weight, borrowing
+    without limit, reclaim on (the policy's default minimum run time)."""
+    gpus = sum(len(n.gpus) for n in scenario.nodes)
+    split = split_by_weight(gpus, {t.name: t.weight for t in scenario.tenants})
+    tenants = tuple(replace(t, quota_milli=split[t.name] * MILLI, can_borrow=True,
+                            borrow_limit_milli=None) for t in scenario.tenants)
+    policy = replace(scenario.policy, reclaim=Reclaim(enabled=True))
+    return replace(scenario, tenants=tenants, policy=policy)
 
 
 def without_records(scenario: Scenario) -> Scenario:
@@ -69,12 +104,14 @@ def figures(r: TimedResult) -> dict[str, float]:
             "min_fair": min((t.fair_ratio for t in r.tenants), default=1.0),
             "min_pooled": min((t.pooled_fair_ratio for t in r.tenants), default=1.0),
             "reserved": r.reserved_gangs, "late": r.reserved_late,
-            "backfilled": r.backfilled, "placed": r.placed, "gangs": len(r.outcomes)}
+            "backfilled": r.backfilled, "placed": r.placed, "gangs": len(r.outcomes),
+            "reclaimed": r.reclaimed}
 
 
-def run(scenario: Scenario, seed: int, factor: float, limit: float) -> dict[str, dict[str, float]]:
+def run(scenario: Scenario, seed: int, factor: float, limit: float,
+        rows: tuple[Row, ...] = ROWS) -> dict[str, dict[str, float]]:
     out = {}
-    for row in ROWS:
+    for row in rows:
         cfg = TimedConfig(policy=row.policy, seed=seed, time_limit_s=limit,
                           deadline_factor=factor if row.deadlines else None, label=row.label)
         t0 = time.perf_counter()
@@ -84,34 +121,57 @@ def run(scenario: Scenario, seed: int, factor: float, limit: float) -> dict[str,
     return out
 
 
-def table(title: str, runs: list[dict[str, dict[str, float]]]) -> list[str]:
+def against(runs: list[dict[str, dict[str, float]]], other: str) -> str:
+    """cpsat against ``other``: the ratios and differences the issue's targets are put in."""
+    def med(label: str, key: str) -> float:
+        return statistics.median(r[label][key] for r in runs)
+
+    return (f"cpsat against {other}: p99 wait {med('cpsat', 'p99') / med(other, 'p99'):.2f}x, "
+            f"mean wait {med('cpsat', 'mean') / med(other, 'mean'):.2f}x, GPU allocated "
+            f"{med('cpsat', 'alloc') - med(other, 'alloc'):+.1f} points, worst tenant got/fair "
+            f"{med('cpsat', 'min_fair'):.2f} against {med(other, 'min_fair'):.2f}.")
+
+
+def table(title: str, runs: list[dict[str, dict[str, float]]],
+          rows: tuple[Row, ...] = ROWS) -> list[str]:
     def med(label: str, key: str) -> float:
         return statistics.median(r[label][key] for r in runs)
 
     lines = [f"### {title}", "",
              "| policy | started | wait p50 s | p90 s | p99 s | mean s | GPU alloc % | worst "
-             "tenant got/fair | within its models | reserved | late | backfilled |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for row in ROWS:
+             "tenant got/fair | within its models | reserved | late | backfilled | reclaimed |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
         lb = row.label
         lines.append(
             f"| {lb} | {med(lb, 'placed'):.0f}/{med(lb, 'gangs'):.0f} | {med(lb, 'p50'):.0f} | "
             f"{med(lb, 'p90'):.0f} | {med(lb, 'p99'):.0f} | {med(lb, 'mean'):.0f} | "
             f"{med(lb, 'alloc'):.1f} | {med(lb, 'min_fair'):.2f} | {med(lb, 'min_pooled'):.2f} | "
             f"{med(lb, 'reserved'):.0f} | "
-            f"{med(lb, 'late'):.0f} | {med(lb, 'backfilled'):.0f} |")
+            f"{med(lb, 'late'):.0f} | {med(lb, 'backfilled'):.0f} | "
+            f"{med(lb, 'reclaimed'):.0f} |")
+    labels = {row.label for row in rows}
+    lines.append("")
+    lines += [f"{against(runs, other)}" for other in ("kueue", "volcano") if other in labels]
+    if "cpsat-nodeadlines" not in labels:
+        if len(runs) > 1:
+            per = ", ".join(" / ".join(f"{r[k]['p99']:.0f}" for k in ("cpsat", "bestfit", "kueue",
+                                                                      "volcano")) for r in runs)
+            lines += ["", f"p99 per seed (cpsat / bestfit / kueue / volcano): {per}."]
+        return [*lines, ""]
     best_p99, best_mean = med("bestfit", "p99"), med("bestfit", "mean")
-    lines += ["", f"cpsat against best-fit: p99 wait {med('cpsat', 'p99') / best_p99:.2f}x "
+    lines += [f"cpsat against best-fit: p99 wait {med('cpsat', 'p99') / best_p99:.2f}x "
               f"(target <= 0.5), mean wait {med('cpsat', 'mean') / best_mean:.2f}x (target <= "
               f"0.8), GPU allocated {med('cpsat', 'alloc') - med('bestfit', 'alloc'):+.1f} "
               "points (target >= -0.5); without deadlines: p99 "
               f"{med('cpsat-nodeadlines', 'p99') / best_p99:.2f}x (target < 1)."]
     if len(runs) > 1:
         per = ", ".join(f"{r['cpsat']['p99']:.0f} / {r['cpsat-norecords']['p99']:.0f} / "
-                        f"{r['cpsat-nodeadlines']['p99']:.0f} / {r['bestfit']['p99']:.0f}"
+                        f"{r['cpsat-nodeadlines']['p99']:.0f} / {r['bestfit']['p99']:.0f} / "
+                        f"{r['kueue']['p99']:.0f} / {r['volcano']['p99']:.0f}"
                         for r in runs)
-        lines += ["", "p99 per seed (cpsat / cpsat-norecords / cpsat-nodeadlines / bestfit): "
-                  f"{per}."]
+        lines += ["", "p99 per seed (cpsat / cpsat-norecords / cpsat-nodeadlines / bestfit / "
+                  f"kueue / volcano): {per}."]
         per = ", ".join(f"{r['cpsat']['alloc']:.1f} / {r['cpsat-norecords']['alloc']:.1f} / "
                         f"{r['bestfit']['alloc']:.1f}" for r in runs)
         lines += ["", f"GPU allocated % per seed (cpsat / cpsat-norecords / bestfit): {per}; "
@@ -119,9 +179,10 @@ def table(title: str, runs: list[dict[str, dict[str, float]]]) -> list[str]:
                       f"{statistics.fmean(r[k]['alloc'] for r in runs):.1f}"
                       for k in ("cpsat", "cpsat-norecords", "bestfit")) + "."]
         per = ", ".join(f"{r['cpsat']['min_fair']:.2f} / {r['cpsat-norecords']['min_fair']:.2f}"
-                        f" / {r['bestfit']['min_fair']:.2f}" for r in runs)
-        lines += ["", f"worst tenant got/fair per seed (cpsat / cpsat-norecords / bestfit): "
-                  f"{per}."]
+                        f" / {r['bestfit']['min_fair']:.2f} / {r['kueue']['min_fair']:.2f}"
+                        f" / {r['volcano']['min_fair']:.2f}" for r in runs)
+        lines += ["", "worst tenant got/fair per seed (cpsat / cpsat-norecords / bestfit / "
+                  f"kueue / volcano): {per}."]
     return [*lines, ""]
 
 
@@ -131,20 +192,39 @@ def main() -> int:
     ap.add_argument("--lists", default="default,gpushare40,gpuspec20")
     ap.add_argument("--factor", type=float, default=1.0)
     ap.add_argument("--time-limit", type=float, default=1.0)
+    ap.add_argument("--quotas", action="store_true",
+                    help="also each workload with bench_compare.py's quotas, borrowing and "
+                         "reclaim (rows QUOTA_ROWS)")
+    ap.add_argument("--only-quotas", action="store_true",
+                    help="only the --quotas tables")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s]
     out: list[str] = []
-    runs = []
+    plain = not args.only_quotas
+    quotas = args.quotas or args.only_quotas
+    runs, qruns = [], []
     for seed in seeds:
         print(f"generated, seed {seed}", file=sys.stderr)
-        runs.append(run(generate(seed=seed), seed, args.factor, args.time_limit))
+        if plain:
+            runs.append(run(generate(seed=seed), seed, args.factor, args.time_limit))
+        if quotas:
+            qruns.append(run(with_quotas(generate(seed=seed)), seed, args.factor,
+                             args.time_limit, QUOTA_ROWS))
     if runs:
         out += table(f"Embedded default (generated), medians over seeds {args.seeds}", runs)
+    if qruns:
+        out += table(f"Embedded default with quotas, borrowing and reclaim, medians over seeds "
+                     f"{args.seeds}", qruns, QUOTA_ROWS)
     for name in (s for s in args.lists.split(",") if s):
         print(f"openb {name}", file=sys.stderr)
         scenario, speedup = alibaba_slice(60, 1500, 1.3, name)
-        out += table(f"openb_pod_list_{name}: 60 nodes, 1,500 pods, arrivals x{speedup:.0f}, "
-                     "seed 0", [run(scenario, 0, args.factor, args.time_limit)])
+        title = f"openb_pod_list_{name}: 60 nodes, 1,500 pods, arrivals x{speedup:.0f}, seed 0"
+        if plain:
+            out += table(title, [run(scenario, 0, args.factor, args.time_limit)])
+        if quotas:
+            out += table(f"{title}, with quotas, borrowing and reclaim",
+                         [run(with_quotas(scenario), 0, args.factor, args.time_limit,
+                              QUOTA_ROWS)], QUOTA_ROWS)
     print("\n".join(out))
     return 0
 

@@ -192,7 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = [
         "# Timed replay: policies on a multi-tenant workload",
         "",
-        "Regenerate: `python3 bench/timed_sim.py" + (" --alibaba" if args.alibaba else "") + "`"
+        f"Regenerate: `python3 bench/timed_sim.py --seeds {args.seeds}"
+        + (" --alibaba" if args.alibaba else "") + "`"
         f" (seeds {args.seeds}, {args.window_s:g} s batch windows, solver time limit "
         f"{args.time_limit:g} s per window). Machine: {platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}; shared with other work, "
@@ -216,7 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the GPU models its gangs may use (solver.fairshare.pooled_max_min: a tenant whose "
         "training asks for H100 or A100 is not owed the L4s). Every policy runs with the "
         "controller's records (docs/fair-sharing.md: fair share over time, the learned target "
-        "workload), as `berth serve` does. *SLO met*: share of "
+        "workload), as `berth serve` does. *kueue* and *volcano*: the Kueue-like and Volcano-like "
+        "baselines, models of those systems' queueing (docs/baselines.md), not the systems. "
+        "*SLO met*: share of "
         "latency-sensitive pod-time whose predicted latency (solver/interference.py) is within "
         "the SLO and with no banned neighbour on its GPU. *LS latency*: mean predicted latency of "
         "latency-sensitive pods (solo 20 ms, SLO 40 ms); *slowdown*: mean predicted slowdown "
@@ -250,7 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         contenders = (Contender("cpsat"), Contender("cpsat", deadlines=False),
                       Contender("bestfit"), Contender("bestfit", interference_aware=False),
                       Contender("fgd"),
-                      Contender("firstfit"), Contender("random"))
+                      Contender("firstfit"), Contender("random"),
+                      Contender("kueue"), Contender("volcano"))
         last = sc.arrivals[-1].arrival_s
         out = run(sc, contenders, seed=seeds[0], window_s=args.window_s,
                   time_limit_s=args.time_limit, until_s=3 * last)

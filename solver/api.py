@@ -8,7 +8,8 @@ sub-problems solved in parallel (:mod:`solver.partition`). Gangs that cannot fit
 capacity reserved for their earliest expected start, and gangs known to end before it backfill
 it (:mod:`solver.reserve`), when running pods' expected ends are known. A tenant waiting within
 its own quota takes GPUs back from tenants on borrowed quota (:mod:`solver.reclaim`): whole
-gangs, evicted by the plan.
+gangs, evicted by the plan. The Kueue-like baseline reclaims through the same code, in its own
+order of waiting gangs (reclaimWithinCohort: :mod:`solver.baselines.kueue`).
 
 Deterministic for a fixed seed and worker count: CP-SAT runs under a deterministic time budget
 sized from the time limit alone; the wall-clock limit only guards against a slow machine
@@ -19,14 +20,15 @@ it left no time for the model: the cases where a rerun may differ).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from solver import partition
-from solver.baselines import place
+from solver.baselines import kueue, place
 from solver.checker import check
 from solver.cpsat.reasons import deferrals
 from solver.cpsat.solve import solve_cpsat
 from solver.names import SolverName
-from solver.plan import Plan, SolveStats
+from solver.plan import Plan
 from solver.reclaim import plan_reclaim
 from solver.reserve import solve_with_reservations
 from solver.types import Snapshot
@@ -60,9 +62,11 @@ def solve(
     if name != SolverName.CPSAT:
         t0 = time.perf_counter()
         plan = place(snapshot, name, seed=seed)
-        stats = SolveStats(solver=name, status="GREEDY",
-                           wall_seconds=time.perf_counter() - t0)
-        return Plan(plan.admitted, deferrals(snapshot, plan), stats)
+        if name == SolverName.KUEUE:
+            plan = plan_reclaim(snapshot, plan, waiting_order=kueue.reclaim_order(snapshot))
+        stats = replace(plan.stats, solver=name, status="GREEDY",
+                        wall_seconds=time.perf_counter() - t0)
+        return replace(plan, deferred=deferrals(snapshot, plan), stats=stats)
     def window(snap: Snapshot, limit: float) -> Plan:
         parts = partitions if partitions is not None else partition.auto_partitions(snap)
         if parts > 1:

@@ -113,9 +113,12 @@ def _useful(gang: Gang, nodes: dict[str, Node], victim_nodes: set[str]) -> bool:
                for p in gang.pods)
 
 
-def plan_reclaim(snapshot: Snapshot, plan: Plan) -> Plan:
+def plan_reclaim(snapshot: Snapshot, plan: Plan, *,
+                 waiting_order: Sequence[Gang] | None = None) -> Plan:
     """``plan`` with what reclaim takes back (the module's steps): gangs un-admitted for a
-    waiting gang within its quota, which is then admitted, and running gangs evicted."""
+    waiting gang within its quota, which is then admitted, and running gangs evicted.
+    ``waiting_order``: the order waiting gangs reclaim in (None: Berth's queue order; the Kueue-like
+    baseline passes its own)."""
     rules = snapshot.policy.reclaim
     if not rules.enabled or not snapshot.tenants or not plan.deferred:
         return plan
@@ -123,7 +126,7 @@ def plan_reclaim(snapshot: Snapshot, plan: Plan) -> Plan:
     gangs = {g.name: g for g in snapshot.gangs}
     nodes = {n.name: n for n in snapshot.nodes}
     admitted = {gp.gang: gp for gp in plan.admitted}
-    waiting = [g for g in queue_order(snapshot)
+    waiting = [g for g in (queue_order(snapshot) if waiting_order is None else waiting_order)
                if g.name not in admitted and any(d.gang == g.name for d in plan.deferred)]
     used = quota_usage_milli(snapshot, plan)
     # the running pods and their gangs; pods being deleted are gone already

@@ -33,7 +33,7 @@ from admission.simulate import (
     replay_fgd,
     replay_trace,
 )
-from solver.names import SolverName
+from solver.names import QUEUEING, SolverName
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -58,7 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", metavar="NODES.csv", help="node list (sn,cpu_milli,...)")
     parser.add_argument("--pods", metavar="PODS.csv", help="pod list (name,cpu_milli,...)")
     parser.add_argument("--policy", choices=[s.value for s in SolverName], default=None,
-                        help="placement policy (default: fgd for CSV input)")
+                        help="placement policy (default: fgd for CSV input); kueue and volcano "
+                             "are Kueue-like and Volcano-like baselines (models of their "
+                             "queueing, --mode timed only; the real systems are compared in "
+                             "e2e/bench_compare.py)")
     parser.add_argument("--window", type=int, default=None, metavar="K",
                         help="arrivals per batch window (default: 1 for greedy policies, "
                              f"{DEFAULT_BATCH_WINDOW} for cpsat)")
@@ -155,6 +158,10 @@ def _check_fgd_flags(args: argparse.Namespace) -> None:
 
 def run_fgd(args: argparse.Namespace) -> int:
     policy = args.policy or "fgd"
+    if policy in QUEUEING:
+        raise UsageError(f"--policy {policy}: the {policy}-like baseline models per-tenant "
+                         "queues, which the FGD paper's protocol (one tenant, pod by pod) does "
+                         "not have; use it with --mode timed")
     greedy = policy != "cpsat"
     window = args.window if args.window is not None else (1 if greedy else DEFAULT_BATCH_WINDOW)
     _check_fgd_flags(args)

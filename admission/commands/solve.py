@@ -29,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "snapshot's")
     parser.add_argument("--solver", choices=[s.value for s in SolverName],
                         default=SolverName.CPSAT.value,
-                        help="placement policy (default: cpsat)")
+                        help="placement policy (default: cpsat); kueue and volcano are the "
+                             "Kueue-like and Volcano-like baselines, models of those systems' "
+                             "queueing (docs/baselines.md), not the systems")
     parser.add_argument("--time-limit", type=float, default=1.0, metavar="S",
                         help="seconds the solve may take (default: 1.0)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")

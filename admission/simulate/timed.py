@@ -50,7 +50,9 @@ NO_DEADLINES = "-nodeadlines"
 
 #: The embedded default compares every policy, the interference-oblivious variants of CP-SAT
 #: and best-fit (co-location against interference-oblivious packing), and CP-SAT without
-#: deadlines (no reservations or backfill: planning only what fits now).
+#: deadlines (no reservations or backfill: planning only what fits now); and the Kueue-like and
+#: Volcano-like baselines (models of those systems' queueing, solver/baselines/kueue.py and
+#: volcano.py; the real systems are compared in e2e/bench_compare.py).
 DEFAULT_CONTENDERS = (
     Contender("cpsat"),
     Contender("cpsat", deadlines=False),
@@ -60,6 +62,8 @@ DEFAULT_CONTENDERS = (
     Contender("bestfit", interference_aware=False),
     Contender("firstfit"),
     Contender("random"),
+    Contender("kueue"),
+    Contender("volcano"),
 )
 
 

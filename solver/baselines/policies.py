@@ -1,4 +1,7 @@
-"""Where one pod goes under each greedy policy: first-fit, best-fit, random and FGD.
+"""Where one pod goes under each greedy policy: first-fit, best-fit, random and FGD; and the
+node scoring of the Kueue-like and Volcano-like baselines (:mod:`solver.baselines.kueue`,
+:mod:`solver.baselines.volcano`): kube-scheduler's default least-allocated and Volcano's
+binpack (best-fit).
 
 Each policy receives the nodes and GPU slots that can take the pod (already filtered for
 eligibility, capacity, models, GPU memory and interference by :mod:`solver.baselines.cluster`)
@@ -69,6 +72,26 @@ def best_fit(state: ClusterArrays, pod: PodRequest, nodes: BoolArray,
     if pod.shares_gpu:
         free = np.where(slots[row], state.gfree[row], MILLI + 1)
         return row, [int(np.argmin(free))]
+    return row, _lowest_slots(slots, row, pod.gpu_count)
+
+
+def least_allocated(state: ClusterArrays, pod: PodRequest, nodes: BoolArray,
+                    slots: BoolArray | None, rng: np.random.Generator) -> Choice | None:
+    """kube-scheduler's default node score, as a Kueue-admitted pod meets it: NodeResourcesFit
+    with the LeastAllocated strategy over CPU and memory (weights 1 and 1: extended resources
+    such as GPUs are not scored unless configured), the node left with the most free share
+    after the pod wins; ties to the lowest row. GPUs: the lowest free slots (the device plugin's
+    choice); a GPU share takes the lowest slot that fits."""
+    rows = np.flatnonzero(nodes)
+    if rows.size == 0:
+        return None
+    cpu_total = np.fromiter((state.nodes[r].cpu_milli for r in rows), np.float64, rows.size)
+    mem_total = np.fromiter((state.nodes[r].memory_mib for r in rows), np.float64, rows.size)
+    cpu_free = (state.cpu[rows] - pod.cpu_milli) / np.maximum(cpu_total, 1.0)
+    mem_free = (state.mem[rows] - pod.memory_mib) / np.maximum(mem_total, 1.0)
+    row = int(rows[int(np.argmax(0.5 * cpu_free + 0.5 * mem_free))])
+    if slots is None:
+        return row, []
     return row, _lowest_slots(slots, row, pod.gpu_count)
 
 
@@ -174,4 +197,11 @@ POLICIES: dict[str, Policy] = {
     SolverName.BESTFIT: best_fit,
     SolverName.RANDOM: random_fit,
     SolverName.FGD: fgd,
+    # the node scoring of the queueing baselines (their gang order is their own)
+    SolverName.KUEUE: least_allocated,
+    SolverName.VOLCANO: best_fit,
 }
+
+#: The baselines that take gangs in Berth's queue order and differ only in where a pod goes.
+PLACEMENT_ONLY: tuple[str, ...] = (SolverName.FIRSTFIT, SolverName.BESTFIT, SolverName.RANDOM,
+                                   SolverName.FGD)

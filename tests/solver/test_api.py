@@ -46,13 +46,16 @@ def test_unknown_solver_and_bad_limits_are_refused() -> None:
 
 
 def test_solver_names_are_one_enum_and_the_refusal_lists_them() -> None:
-    assert list(SolverName) == ["cpsat", "fgd", "bestfit", "firstfit", "random"]
+    assert list(SolverName) == ["cpsat", "fgd", "bestfit", "firstfit", "random", "kueue",
+                                "volcano"]
     assert SolverName.of("fgd") is SolverName.FGD and SolverName.of("magic") is None
-    with pytest.raises(ValueError, match="one of cpsat, fgd, bestfit, firstfit, random, got 'ma"):
+    with pytest.raises(ValueError, match="one of cpsat, fgd, bestfit, firstfit, random, "
+                                         "kueue, volcano, got 'ma"):
         solve(_window(), solver="magic")
 
 
-@pytest.mark.parametrize("name", ["cpsat", "fgd", "bestfit", "firstfit", "random"])
+@pytest.mark.parametrize("name", ["cpsat", "fgd", "bestfit", "firstfit", "random", "kueue",
+                                  "volcano"])
 def test_each_solver_returns_a_feasible_plan_with_reasons(name: str) -> None:
     s = _window()
     plan = solve(s, solver=name, time_limit=2.0)

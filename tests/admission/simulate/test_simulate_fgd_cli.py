@@ -183,3 +183,14 @@ def test_orders_outside_the_packing_experiment_is_refused(
     assert rc == 2
     err = capsys.readouterr().err
     assert "--orders" in err and "--objective packing" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("policy", ["kueue", "volcano"])
+def test_the_queueing_baselines_are_refused_by_the_fgd_protocol(
+    files: tuple[Path, Path], policy: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["simulate", "--nodes", str(files[0]), "--pods", str(files[1]), "--policy",
+               policy, "--seeds", "1"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert f"--policy {policy}" in err and "--mode timed" in err

@@ -151,3 +151,15 @@ def test_bad_timed_flags_exit_2_naming_the_flag(tmp_path: Path, capsys, flags: l
                *flags])
     err = capsys.readouterr().err
     assert rc == 2 and named in err and "Traceback" not in err
+
+
+def test_the_queueing_baselines_run_in_timed_mode(tmp_path: Path) -> None:
+    args = _files(tmp_path)
+    args.compare = "kueue,volcano"
+    console, buf = _console()
+    assert run_timed(args, console=console) == 0
+    assert "kueue" in buf.getvalue() and "volcano" in buf.getvalue()
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert [r["name"] for r in doc["results"]] == ["kueue", "volcano"]
+    for r in doc["results"]:
+        assert r["gangs"] == 4 and r["placed"] == 4 and r["waiting_at_end"] == 0

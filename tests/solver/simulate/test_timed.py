@@ -283,7 +283,8 @@ def test_config_and_scenario_errors_name_the_field() -> None:
         Scenario(nodes=(_node(),), tenants=(Tenant("team-a"),),
                  arrivals=(TimedGang(_gang("g"), 5.0, 1.0), TimedGang(_gang("h"), 1.0, 1.0)))
     with pytest.raises(ProblemError,
-                       match="policy: must be one of cpsat, fgd, bestfit, firstfit, random, got"):
+                       match="policy: must be one of cpsat, fgd, bestfit, firstfit, random, "
+                             "kueue, volcano, got"):
         simulate_timed(generate(SMALL), TimedConfig(policy="nope"))
 
 
