@@ -30,7 +30,10 @@ is bounded by two cost models, never by measured time (so a plan stays reproduci
 
 Without the bound the controller's model of a 10,000-pod backlog took longer to build than the
 time limit, so it never ran, and its build took the CPU the API server needed
-(e2e/bench_pace.md); the order search and the tail's pass each went over the whole window.
+(e2e/bench_pace.md). With the fixed bound of 256 pods that came next, the order search
+still went over the whole window and the tail's pass over all of it, so a cycle's solve grew
+with the backlog (2.8 s of CPU at 10,000 pending at a 2 s limit, bench/solve_scale.md); now it
+stays within the limit whatever the backlog.
 When the caller passes a hint for the whole window (a partition's share of one greedy plan),
 the whole plan is also held to that hint's value.
 """
