@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -148,7 +149,9 @@ def pace(sizes: list[int], nodes: int, repeats: int) -> None:
             wall, plan = run(s, time_limit=2.0, seed=0)
             walls.append(wall)
         d = plan.stats.detail
-        waiting = Counter(x.reason.split(":")[0] for x in plan.deferred)
+        # the kind of reason (before its first colon), pod names left out
+        waiting = Counter(re.sub(r"pod \S+", "pod", x.reason.split(":")[0])
+                          for x in plan.deferred)
         print(f"  pace {n:6d} pending on {nodes} nodes x 8 GPUs ({load()}): wall median "
               f"{statistics.median(walls):.2f} s (max {max(walls):.2f}), CPU median "
               f"{statistics.median(CPU):.2f} s, status {plan.stats.status}, model "

@@ -116,22 +116,35 @@ def plan_value(snapshot: Snapshot, plan: Plan) -> int:
 
 def model_cost(snapshot: Snapshot, arrays: ClusterArrays) -> GangCost:
     """What building the model costs per gang by the cost model (:data:`BUILD_PER_NODE_OFFER`,
-    :data:`BUILD_PER_GPU_OFFER`): each pod is offered :data:`PER_POD_NODES` nodes, or a gang
-    with a topology requirement a few whole domains (:mod:`solver.cpsat.candidates`), each
-    node with the mean number of GPUs with room of the nodes that have any. A function of the
-    snapshot's free capacity and the gang only."""
+    :data:`BUILD_PER_GPU_OFFER`): each pod is offered :data:`PER_POD_NODES` of the nodes with
+    room, or, in a gang with a topology requirement, the nodes with room of a few domains of
+    its level (:mod:`solver.cpsat.candidates`; as many of a domain's nodes as the cluster's
+    share with room, at most :data:`DOMAIN_NODE_CAP`); each node with the mean number of GPUs
+    with room of the nodes that have any. A function of the snapshot's free capacity and the
+    gang only."""
     room = arrays.gfree > 0
     with_room = room.any(axis=1)
     nodes = int(with_room.sum())
     gpus = float(room[with_room].sum(axis=1).mean()) if nodes else 0.0
+    share = nodes / max(1, len(snapshot.nodes))
     plain = min(PER_POD_NODES, max(1, nodes))
-    domains = min(DOMAINS_PER_GANG * DOMAIN_NODE_CAP, max(1, nodes))
+    per_level: dict[str, float] = {}
+
+    def domain_nodes(level: str) -> float:
+        """Nodes with room offered to one pod of a gang bound to ``level``."""
+        if level not in per_level:
+            domains = len({n.topology.get(level) for n in snapshot.nodes}) if level not in (
+                "node", "nvlink") else len(snapshot.nodes)
+            size = len(snapshot.nodes) / max(1, domains)
+            per_level[level] = min(DOMAIN_NODE_CAP, max(1.0, size * share))
+        return per_level[level]
 
     def cost(gang: Gang) -> float:
-        offered = plain
+        offered = float(plain)
         if gang.topology is not None:
-            wide = 1 if gang.topology.mode is TopologyMode.REQUIRED else 4  # preferred: 4x
-            offered = min(max(1, nodes), wide * domains)
+            wide = DOMAINS_PER_GANG * (1 if gang.topology.mode is TopologyMode.REQUIRED
+                                       else 4)  # preferred: four times the domains
+            offered = min(max(1.0, nodes), wide * domain_nodes(gang.topology.level))
         return sum(offered * (BUILD_PER_NODE_OFFER + (BUILD_PER_GPU_OFFER * gpus
                                                        if p.gpu_count else 0.0))
                    for p in gang.pods)
