@@ -194,3 +194,24 @@ def big_snapshot(pods: int = 1000, *, nodes: int = 10_000, seed: int = 0,
     snap = Snapshot(cluster, tuple(gangs), running, tenants, SolverPolicy())
     _ = demand
     return snap
+
+
+def pace_snapshot(pods: int = 10_000, *, nodes: int = 1000, busy: int = 0) -> Snapshot:
+    """The shape of e2e/bench_pace.py's burst as the controller sees it: ``nodes`` nodes of 8
+    H100s in racks of 10 (one block), ``busy`` one-GPU pods already running on them (packed from
+    the first node on), and ``pods`` pending one-GPU single-pod gangs of two tenants (weights 2
+    and 1, no quota), created alternately a millisecond apart."""
+    cluster = tuple(
+        Node(f"gpu-b0-r{i // 10}-n{i % 10}", 64_000, 512_000,
+             tuple(GPU(j, "NVIDIA-H100-80GB-HBM3") for j in range(8)),
+             topology={"block": "b0", "rack": f"b0-r{i // 10}"})
+        for i in range(nodes))
+    running = tuple(Running(f"busy-{k}", cluster[k // 8].name, 100, 128,
+                            (GpuShare(k % 8, MILLI),), tenant=("team-a", "team-b")[k % 2])
+                    for k in range(min(busy, 8 * nodes)))
+    gangs = tuple(Gang(f"pace-{k}", ("team-a", "team-b")[k % 2],
+                       (PodRequest(f"pace-{k}", 100, 128, 1, MILLI),),
+                       wait_seconds=(pods - k) / 1000)
+                  for k in range(pods))
+    tenants = (Tenant("team-a", weight=2.0), Tenant("team-b", weight=1.0))
+    return Snapshot(cluster, gangs, running, tenants, SolverPolicy())

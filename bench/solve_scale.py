@@ -4,6 +4,7 @@ quality on a 10,000-node / 80,000-GPU cluster.
 
     python bench/solve_scale.py                 # everything (about 3 minutes on 2 cores)
     python bench/solve_scale.py --skip-big      # openb latency and the curves only
+    python bench/solve_scale.py --only-pace     # the pace burst's windows only
 
 Reads the openb trace from ``$BERTH_DATA_DIR`` (default ``<repo>/../shared/data``). Results and
 the conditions they were measured under are in bench/solve_scale.md.
@@ -13,14 +14,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.scale_data import big_snapshot, openb_snapshot
+from bench.scale_data import big_snapshot, openb_snapshot, pace_snapshot
 from solver.api import solve
 from solver.baselines import place
 from solver.checker import check
@@ -134,17 +137,50 @@ def big(pods: int, nodes: int, repeats: int, unpartitioned: bool) -> None:
               f"{sp.objective / sw.objective:.4f}), best-fit {greedy.objective:.1f}")
 
 
+def pace(sizes: list[int], nodes: int, repeats: int) -> None:
+    """The pace burst's window as the controller's solver worker gets it (one process, one
+    CP-SAT worker, auto partitions, the e2e policy's 2 s limit): one-GPU pods pending on
+    ``nodes`` empty 8-GPU nodes."""
+    for n in sizes:
+        s = pace_snapshot(n, nodes=nodes)
+        CPU.clear()
+        walls = []
+        for _ in range(repeats):
+            wall, plan = run(s, time_limit=2.0, seed=0)
+            walls.append(wall)
+        d = plan.stats.detail
+        # the kind of reason (before its first colon), pod names left out
+        waiting = Counter(re.sub(r"pod \S+", "pod", x.reason.split(":")[0])
+                          for x in plan.deferred)
+        print(f"  pace {n:6d} pending on {nodes} nodes x 8 GPUs ({load()}): wall median "
+              f"{statistics.median(walls):.2f} s (max {max(walls):.2f}), CPU median "
+              f"{statistics.median(CPU):.2f} s, status {plan.stats.status}, model "
+              f"{d.get('model_pods', d.get('pods', 0)):.0f} pods (search "
+              f"{d.get('greedy_seconds', 0) + d.get('greedy_whole_seconds', 0):.2f} s, build "
+              f"{d.get('build_seconds', 0):.2f} s, CP-SAT {d.get('cpsat_seconds', 0):.2f} s), "
+              f"placed after it {d.get('after_model_gangs', 0):.0f} gangs in "
+              f"{d.get('after_model_seconds', 0):.2f} s, admitted {len(plan.admitted)}, "
+              f"waiting {dict(waiting)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--windows", type=int, default=20)
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--only-big", action="store_true")
     ap.add_argument("--only-latency", action="store_true")
+    ap.add_argument("--only-pace", action="store_true",
+                    help="only the pace burst's windows (1,000 to 10,000 pending one-GPU pods)")
+    ap.add_argument("--pace-repeats", type=int, default=3)
     ap.add_argument("--big-repeats", type=int, default=3)
     ap.add_argument("--no-unpartitioned", action="store_true",
                     help="skip the 60 s unpartitioned solve (and the quality ratio)")
     args = ap.parse_args()
     print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} (1 min) at start")
+    if args.only_pace:
+        print("pace burst windows (limit 2 s, one process, auto partitions):")
+        pace([1000, 3000, 10000], 1000, args.pace_repeats)
+        return
     if args.only_big:
         big(1000, 10_000, args.big_repeats, not args.no_unpartitioned)
         return
@@ -156,6 +192,8 @@ def main() -> None:
     window_curve([16, 64, 256])
     print("solve time against cluster size (generated, 97% full, 64-pod window, limit 1 s):")
     cluster_curve([1000, 2500, 5000] + ([] if args.skip_big else [10000]))
+    print("pace burst windows (limit 2 s, one process, auto partitions):")
+    pace([1000, 3000, 10000], 1000, args.pace_repeats)
     if not args.skip_big:
         big(1000, 10_000, args.big_repeats, not args.no_unpartitioned)
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) at end")

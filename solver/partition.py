@@ -63,13 +63,19 @@ GROUP_LEVELS = ("block", "zone", "rack")
 
 
 def auto_partitions(snapshot: Snapshot) -> int:
-    """How many parts to split into: one unless the cluster or the window is large."""
+    """How many parts to split into: one unless the cluster or the window is large, and never
+    more than the node groups a split keeps whole (a cluster of one block cannot be split: its
+    parts but one would be empty, and the whole-window greedy plan and trim before the split
+    would be spent for nothing; the engine bounds what its model holds instead)."""
     nodes = len(snapshot.nodes)
     pods = sum(len(g.pods) for g in snapshot.gangs)
     k = max(math.ceil(nodes / NODES_PER_PART), math.ceil(pods / PODS_PER_PART))
     if k > 1:
         k = max(k, math.ceil(pods / PODS_PER_SPLIT_PART))
-    return max(1, min(k, nodes // MIN_NODES_PER_PART))
+    k = min(k, nodes // MIN_NODES_PER_PART)
+    if k > 1:
+        k = min(k, len(_node_groups(snapshot)))
+    return max(1, k)
 
 
 def _node_groups(snapshot: Snapshot) -> list[list[Node]]:

@@ -17,7 +17,10 @@ so it writes only what a user needs: a gang is told it waits from the second bat
 passes it over (``Settings.explain_grace_batches``; a gang released by the cycle after its
 arrival never waited in any sense a user sees, and its plan is in its annotations), a warning
 (a broken or timed-out gang) and a change to what a gang was already told at once, and
-``Released`` only to pods that were told they wait, to turn that condition False.
+``Released`` only to pods that were told they wait, to turn that condition False. A gang that
+waits only because it is queued behind the current batch (a backlog larger than one solve
+places within its time limit: :data:`solver.cpsat.solve.QUEUED_REASON`) is not told either:
+it moves up every cycle, and telling thousands of them would spend the writes the burst needs.
 
 The fast path runs the same recipe, restricted to gangs of latency-critical classes, on arrival
 instead of at the window's end, against the capacity the last plans left.
@@ -44,11 +47,14 @@ from admission.controller.settings import Settings
 from admission.controller.snapshot import Built, GangInfo, GangState, Memo, build
 from admission.controller.unbound import not_bound
 from solver.checker import check
+from solver.cpsat.solve import QUEUED_REASON
 from solver.plan import Deferred, Plan
 from solver.records import Records
 from solver.types import MILLI, Snapshot
 
 log = logging.getLogger(__name__)
+#: How :func:`.explain.reasons` words a gang only queued behind the current batch.
+QUEUED_MESSAGE = f"waiting: {QUEUED_REASON}"
 
 Solve = Callable[[Snapshot], Plan]
 
@@ -241,10 +247,12 @@ class Cycle:
             for key in live:
                 self._first_seen.setdefault(key, self._batches)
         grace = self.settings.explain_grace_batches
-        # A gang already told keeps what it says true at once (after a restart too).
+        # A gang already told keeps what it says true at once (after a restart too); one only
+        # queued behind this batch is not told while a grace applies (the module docstring).
         return {key: why for key, why in report.why.items()
                 if why.warning or any(_told_to_wait(p) for p in built.gangs[key].gated)
-                or self._batches - self._first_seen.get(key, self._batches) >= grace}
+                or (self._batches - self._first_seen.get(key, self._batches) >= grace
+                    and not (grace and why.message.startswith(QUEUED_MESSAGE)))}
 
     def _explain(self, built: Built, report: CycleReport) -> None:
         todo: list[tuple[tr.Obj, Why]] = []

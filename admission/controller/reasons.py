@@ -144,12 +144,18 @@ REASONS: Final[tuple[Reason, ...]] = (
         "match | untolerated taint ... | node is cordoned | ...)`; `capacity: no node has "
         "room for pod ... now`; `topology domain too small: no rack domain has ... milli-GPU "
         "free`; `capacity: each pod fits somewhere, but not the whole gang at once beside the "
-        "gangs admitted this window`.",
+        "gangs admitted this window`; in a backlog larger than one window's solve can place "
+        "in its time limit, `queued behind the current batch: ...` (the gangs ahead of it in "
+        "the queue were placed first; it is placed in a later window; with "
+        "the shipped explanation grace (`Settings.explain_grace_batches` = 1) a gang only "
+        "queued is not told, "
+        "as it moves up every cycle).",
         "waiting: topology domain too small: no rack domain has 16000 milli-GPU free "
         "(largest: 8000); 0 gangs ahead",
         "A model, selector or taint reason does not go away by waiting: fix the pod's "
         "`berth.dev/gpu-models`, node selector or tolerations, or the nodes' labels. A "
-        "capacity or topology reason clears as running pods finish.",
+        "capacity or topology reason clears as running pods finish; a queued gang needs "
+        "nothing.",
     ),
     Reason(
         "PlanRejected", True, "Warning", "explain.py",

@@ -21,6 +21,10 @@ from solver.queue import quota_reason
 from solver.rules import quota_usage_milli, topology_domain
 from solver.types import MILLI, Gang, PodRequest, Snapshot, TopologyMode
 
+#: Why a gang waits when nothing but this window's other gangs keeps it out.
+CONTENTION_REASON = ("capacity: each pod fits somewhere, but not the whole gang at once beside "
+                     "the gangs admitted this window")
+
 
 def arrays_after(snapshot: Snapshot, plan: Plan,
                  arrays: ClusterArrays | None = None) -> ClusterArrays:
@@ -109,8 +113,7 @@ class Explainer:
             if biggest < gang.gpu_demand_milli:
                 return (f"topology domain too small: no {req.level} domain has "
                         f"{gang.gpu_demand_milli} milli-GPU free (largest: {biggest})")
-        return ("capacity: each pod fits somewhere, but not the whole gang at once beside the "
-                "gangs admitted this window")
+        return CONTENTION_REASON
 
 
 def deferrals(snapshot: Snapshot, plan: Plan,

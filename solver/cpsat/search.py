@@ -101,6 +101,16 @@ def search_cost(snapshot: Snapshot, passes: int) -> float:
     return base + (first + passes * one_pass if passes else 0.0)
 
 
+def pass_cost(snapshot: Snapshot, gang: Gang) -> float:
+    """What placing ``gang`` in one best-fit pass costs by the cost model (seconds): its pods'
+    share of a pass and of the best-fit pass's scoring of every node."""
+    nodes = len(snapshot.nodes)
+    per_pod = PASS_PER_POD + (PASS_PER_POD_NODE + BESTFIT_PER_POD_NODE) * nodes
+    if gang.topology is not None and gang.topology.mode == TopologyMode.REQUIRED:
+        per_pod += PASS_PER_DOMAIN_POD
+    return len(gang.pods) * per_pod
+
+
 def passes_for(snapshot: Snapshot, time_limit: float) -> int:
     """FGD passes that fit in the search's share of ``time_limit`` by :func:`search_cost`: 0
     (best-fit alone) when not even one does, 1 for a window of one gang, at most

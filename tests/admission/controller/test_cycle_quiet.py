@@ -5,6 +5,9 @@ within a cycle or two then costs the API server no explanation writes at all."""
 
 from __future__ import annotations
 
+import pytest
+
+import solver.cpsat.solve as solve_mod
 from admission.controller.settings import Settings
 from tests.admission.controller.fakeapi import FakeApi
 from tests.admission.controller.harness import condition, controller, gates, settings
@@ -91,3 +94,23 @@ def test_what_a_gang_was_told_stays_true_after_a_restart() -> None:
     controller(api, clock, s=QUIET).run_cycle()
     cond = condition(api, "team-a/wait")
     assert cond is not None and cond["reason"] != "Deferred" and cond["status"] == "True"
+
+
+def test_a_gang_queued_behind_the_batch_is_not_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight one-GPU pods on eight free GPUs, a solve that places one gang a cycle (the model
+    holds one, the tail's pass none): the other pods are queued behind the batch, cycle after
+    cycle, and no condition or Event is written for them while they move up."""
+    monkeypatch.setattr(solve_mod, "MODEL_SHARE", 1e-9)
+    monkeypatch.setattr(solve_mod, "TAIL_SHARE", 1e-9)
+    api = _cluster()
+    for i in range(8):
+        api.add_pod(pod(f"q{i}", gpus=1))
+    clock = FakeClock()
+    ctl = controller(api, clock, s=QUIET)
+    for cycle in range(1, 4):
+        ctl.run_cycle()
+        clock.advance(10)
+        released = [i for i in range(8) if gates(api, f"team-a/q{i}") == []]
+        assert len(released) == cycle
+    assert [condition(api, f"team-a/q{i}") for i in range(8)] == [None] * 8
+    assert api.events == []
