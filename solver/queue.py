@@ -26,6 +26,29 @@ def queue_order(snapshot: Snapshot) -> list[Gang]:
                                   + boost.get(g.tenant, 0.0)))
 
 
+def tenant_turns(snapshot: Snapshot) -> list[Gang]:
+    """The queue with the tenants taking turns: what a bounded window (a backlog larger than
+    one solve holds, :func:`solver.cpsat.solve.bounded`) takes its head and tail from.
+
+    :func:`queue_order` breaks near-ties by wait, so in a burst it is first come, first
+    served across tenants: one tenant's 10,000 pods created a second earlier would fill every
+    bounded window ahead of another tenant's one gang. Here a higher priority (with the
+    tenant's fair-share boost; aging left out) still goes first, and within a priority the
+    tenants take weighted turns (weighted fair queueing: each gang's key is its tenant's GPU
+    demand queued up to and including it, over the tenant's weight); each tenant's own gangs
+    keep their :func:`queue_order`."""
+    boost = boosts(snapshot)
+    weight = {t.name: t.weight for t in snapshot.tenants}
+    queued: dict[str, float] = {}
+    keyed = []
+    for pos, g in enumerate(queue_order(snapshot)):
+        # a gang asking no GPU still takes a turn: count it as one milli-GPU
+        queued[g.tenant] = queued.get(g.tenant, 0.0) + max(g.gpu_demand_milli, 1)
+        turn = queued[g.tenant] / max(weight.get(g.tenant, 1.0), 1e-9)
+        keyed.append((-(g.priority + boost.get(g.tenant, 0.0)), turn, pos, g))
+    return [k[-1] for k in sorted(keyed, key=lambda k: k[:3])]
+
+
 def quota_reason(snapshot: Snapshot, gang: Gang, used: Mapping[str, int],
                  admitting: Collection[str] = ()) -> str | None:
     """Why the tenants' quotas keep ``gang`` out, or None when they let it in.

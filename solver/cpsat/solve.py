@@ -20,10 +20,12 @@
 A window larger than the model can hold in its time (a backlog, a burst of thousands of pods)
 is bounded by two cost models, never by measured time (so a plan stays reproducible):
 
-- the **head** of the queue (:func:`solver.queue.queue_order`: the first gangs, at least one)
-  whose model build fits :data:`MODEL_SHARE` of the time limit by :func:`model_cost` is what
-  the order search and CP-SAT see; the floor (step 3) holds on the head;
-- the **tail** is placed after the head's plan by one best-fit pass in queue order, as far as
+- the **head** of the queue, tenants taking weighted turns within a priority
+  (:func:`solver.queue.tenant_turns`: one tenant's burst does not fill it alone; the first
+  gangs, at least one) whose model build fits :data:`MODEL_SHARE` of the time limit by
+  :func:`model_cost` is what the order search and CP-SAT see; the floor (step 3) holds on
+  the head;
+- the **tail** is placed after the head's plan by one best-fit pass in that order, as far as
   :data:`TAIL_SHARE` of the limit allows by the search's cost of a pass
   (:func:`solver.cpsat.search.pass_cost`); the gangs beyond wait with
   :data:`QUEUED_REASON` when nothing harder (quota, capacity, eligibility) keeps them out.
@@ -55,7 +57,7 @@ from solver.cpsat.reasons import CONTENTION_REASON, arrays_after, deferrals
 from solver.cpsat.search import pass_cost, passes_for, search
 from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
-from solver.queue import queue_order
+from solver.queue import tenant_turns
 from solver.types import Gang, Snapshot, TopologyMode
 
 GREEDY_HINT = SolverName.BESTFIT
@@ -160,7 +162,7 @@ def bounded(snapshot: Snapshot, budget: float, cost: GangCost
     if sum(costs) <= budget:
         return snapshot, []
     by_name = dict(zip((g.name for g in snapshot.gangs), costs, strict=True))
-    queue = queue_order(snapshot)
+    queue = tenant_turns(snapshot)  # one tenant's burst does not fill the bound alone
     taken = 0
     spent = 0.0
     for g in queue:

@@ -24,7 +24,7 @@ from solver.cpsat.solve import (
 )
 from solver.partition import auto_partitions
 from solver.plan import Deferred
-from solver.queue import queue_order
+from solver.queue import queue_order, tenant_turns
 from solver.types import GPU, Gang, Node, PodRequest, Snapshot, Tenant
 from tests.solver.test_cpsat_random import snapshots
 
@@ -51,7 +51,7 @@ def pods_of(gangs: tuple[Gang, ...] | list[Gang]) -> int:
 def test_the_head_is_the_front_of_the_queue_within_the_budget() -> None:
     s = _ones(4, 40, pods=3)
     head, tail = bounded(s, 20, lambda g: len(g.pods))
-    queue = queue_order(s)
+    queue = tenant_turns(s)
     assert pods_of(head.gangs) == 18  # six gangs of three pods; a seventh would pass 20
     assert {g.name for g in head.gangs} == {g.name for g in queue[:6]}
     assert tail == queue[6:]
@@ -130,8 +130,8 @@ def test_a_window_far_larger_than_the_bound() -> None:
     assert len(queued) == d["queued_gangs"] > 0
     assert {g.name for g in queued} == set(reasons)
     assert {reasons[g.name] for g in queued} == {QUEUED_REASON}
-    # the queue's front went first: no admitted gang is behind a queued one
-    order = [g.name for g in queue_order(s)]
+    # the queue's front (tenants in turns) went first: no admitted gang behind a queued one
+    order = [g.name for g in tenant_turns(s)]
     assert max(order.index(a) for a in admitted) < min(order.index(g.name) for g in queued)
 
 
@@ -188,3 +188,45 @@ def test_a_backlog_admits_what_fits_bounded_or_not(monkeypatch: pytest.MonkeyPat
     assert len(plan.admitted) == 4 and len(plan.deferred) == 36
     assert plan.stats.detail["model_gangs"] == (1 if share < 1 else 40)
     assert plan.stats.detail["after_model_gangs"] == (39 if share < 1 else 0)
+
+
+def _burst(a_gangs: int, b_gangs: int, *, b_priority: int = 0, b_weight: float = 1.0
+           ) -> Snapshot:
+    """Tenant a's burst of one-GPU gangs created before tenant b's few (a waited longer)."""
+    nodes = tuple(Node(name=f"n{i}", cpu_milli=64000, memory_mib=512000,
+                       gpus=tuple(GPU(index=j, model="A100") for j in range(8)))
+                  for i in range(4))
+    a = [Gang(name=f"a{i:05d}", tenant="a", wait_seconds=100.0 + a_gangs - i,
+              pods=(PodRequest(name="p", gpu_count=1, gpu_milli=1000),))
+         for i in range(a_gangs)]
+    b = [Gang(name=f"b{i:05d}", tenant="b", priority=b_priority, wait_seconds=50.0 - i,
+              pods=(PodRequest(name="p", gpu_count=1, gpu_milli=1000),))
+         for i in range(b_gangs)]
+    return Snapshot(nodes=nodes, gangs=tuple(a + b),
+                    tenants=(Tenant("a"), Tenant("b", weight=b_weight)))
+
+
+def test_a_burst_does_not_fill_the_bound_alone() -> None:
+    """Queue order alone is first come, first served across tenants: a's 1,000 gangs would
+    fill a bound of 20 and b's three, a second younger, would wait behind all of them. With
+    the tenants taking turns b's three are in the head, each tenant's own order kept."""
+    s = _burst(1000, 3)
+    assert [g.tenant for g in queue_order(s)[:20]] == ["a"] * 20
+    head, tail = bounded(s, 20, lambda g: 1.0)
+    names = sorted(g.name for g in head.gangs)
+    assert names == sorted([f"a{i:05d}" for i in range(17)] + ["b00000", "b00001", "b00002"])
+    assert [g.name for g in tail][:3] == ["a00017", "a00018", "a00019"]
+
+
+def test_tenant_turns_keep_priority_first_and_follow_the_weights() -> None:
+    # a higher priority still goes first, whatever the turns
+    s = _burst(10, 10, b_priority=1)
+    assert [g.tenant for g in tenant_turns(s)[:10]] == ["b"] * 10
+    # weight 3 against 1: three of b's gangs for each of a's
+    s = _burst(40, 40, b_weight=3.0)
+    first = [g.tenant for g in tenant_turns(s)[:40]]
+    assert first.count("b") == 30 and first.count("a") == 10
+    # each tenant's own gangs keep the queue's order
+    for t in ("a", "b"):
+        assert [g.name for g in tenant_turns(s) if g.tenant == t] == \
+            [g.name for g in queue_order(s) if g.tenant == t]
