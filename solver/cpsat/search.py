@@ -13,16 +13,27 @@ placed before it. The search therefore places the window several times and keeps
 
 Every pass is a :class:`~solver.baselines.GangPlacer` run: whole gangs or nothing, quotas,
 required topology, allowed models and nodes, interference SLOs; so every pass is a plan the
-checker accepts, like the greedy hint it replaces. The passes are ranked by, in turn:
+checker accepts, like the greedy hint it replaces. A pass that admits less GPU demand weighted
+by ``1 + priority`` (:func:`solver.cpsat.solve.plan_value`, the floor CP-SAT is held to) than
+the best-fit pass is out: the floor never drops below best-fit's. The others are ranked by, in
+turn:
 
-- admitted GPU demand weighted by ``1 + priority`` (:func:`solver.cpsat.solve.plan_value`,
-  the floor CP-SAT is held to);
-- the same weighted by the aged priority (so that of two passes admitting different gangs of
-  equal priority, the one serving those that waited longer wins);
+- their admitted demand so weighted, less the policy's fragmentation weight times the expected
+  fragmentation of the whole cluster after the pass (FGD's measure summed over nodes, in
+  milli-GPU): the model's own trade between admitting now and wasting GPUs for what comes
+  next, judged on the end state (:func:`rank_key`, :func:`best_pass`);
+- the same demand weighted by the aged priority (so that of two passes admitting different
+  gangs of equal priority, the one serving those that waited longer wins);
 - admitted pods (CPU-only pods too);
-- the least expected fragmentation of the whole cluster after the pass (FGD's measure summed
-  over nodes);
+- the least expected fragmentation;
 - the earliest pass.
+
+Why the trade and not the demand first: in a window where passes differ in what they admit,
+the pass that admits the most now is often the one that strands GPUs behind exhausted CPU, and
+the next windows pay for it. On the CPU-heavy openb list ``cpu300`` (FGD protocol, seed 42)
+ranking by demand first left 14.7-14.9 % of the GPUs unallocated, behind FGD alone (14.5 %);
+ranked by the trade 13.9 % (bench/controller_replay.md). A fragmentation weight of 0 gives the
+old order (demand first, fragmentation only between equals).
 
 How many FGD passes: as many as the cost model (:func:`search_cost`) fits in
 :data:`SEARCH_SHARE` of the time limit, between 1 and :data:`MAX_PASSES`. The count depends on
@@ -35,6 +46,8 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -142,8 +155,9 @@ def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,
     if passes:
         runs.append((SolverName.FGD, queue))
     runs += [(SolverName.FGD, _shuffled(queue, rng)) for _ in range(passes - 1)]
-    best: tuple[tuple[float, ...], list[GangPlacement], list[Deferred], int] | None = None
-    for k, (policy, order) in enumerate(runs):
+    scores: list[PassScore] = []
+    plans: list[tuple[list[GangPlacement], list[Deferred]]] = []
+    for policy, order in runs:
         work.checkpoint()
         # a fresh placer per pass (quota usage starts over); the same seed gives every FGD
         # pass the same tie order
@@ -161,15 +175,43 @@ def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,
             value += gang.gpu_demand_milli * (1 + max(0, gang.priority))
             aged += weighted_demand(gang, weights, boost.get(gang.tenant, 0.0))
             pods += len(gang.pods)
-        key = (-value, -aged, -pods, float(work.frag_stats()[3].sum()))
+        scores.append(PassScore(value, aged, pods, float(work.frag_stats()[3].sum())))
+        plans.append((admitted, deferred))
         work.rollback()
-        if best is None or key < best[0]:  # strictly better: the earliest pass wins ties
-            best = (key, admitted, deferred, k)
-    assert best is not None
-    _, admitted, deferred, k = best
+    k = best_pass(scores, weights.fragmentation)
+    admitted, deferred = plans[k]
     stats = SolveStats(solver="search", status="GREEDY", wall_seconds=time.perf_counter() - start,
                        detail={"search_passes": float(len(runs)), "search_best_pass": float(k)})
     return Plan(admitted=tuple(admitted), deferred=tuple(deferred), stats=stats)
+
+
+class PassScore(NamedTuple):
+    """What the search knows of a pass: ``value`` admitted GPU demand weighted by
+    ``1 + priority``, ``aged`` the same by the aged priority, ``pods`` admitted pods, ``frag``
+    the cluster's expected fragmentation after the pass (milli-GPU, FGD's measure)."""
+
+    value: float
+    aged: float
+    pods: int
+    frag: float
+
+
+def rank_key(score: PassScore, frag_weight: float) -> tuple[float, float, float, float]:
+    """How the search ranks an eligible pass, lowest first (the module docstring);
+    ``frag_weight``: the policy's fragmentation weight (a negative one counts as 0)."""
+    return (-(score.value - max(0.0, frag_weight) * score.frag), -score.aged, -score.pods,
+            score.frag)
+
+
+def best_pass(scores: Sequence[PassScore], frag_weight: float) -> int:
+    """The index of the pass the search keeps: ``scores[0]`` is the best-fit pass, and a pass
+    worth less than it is never kept (the floor); among the others the lowest
+    :func:`rank_key`, the earliest on ties."""
+    if not scores:
+        raise ValueError("the search needs at least the best-fit pass")
+    floor = scores[0].value
+    eligible = [k for k, sc in enumerate(scores) if sc.value >= floor]
+    return min(eligible, key=lambda k: (rank_key(scores[k], frag_weight), k))
 
 
 def _shuffled(queue: list[Gang], rng: np.random.Generator) -> list[Gang]:

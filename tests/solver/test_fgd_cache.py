@@ -1,15 +1,27 @@
 """The FGD cache makes FGD's own choices, and the order search's plan is one the checker takes
-and never worth less than the best-fit plan it replaced as the model's hint."""
+and never worth less than the best-fit plan it replaced as the model's hint, however its passes
+are ranked."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from solver.baselines import ClusterArrays, GangPlacer, place
 from solver.baselines.cluster import ClusterArrays as Arrays
 from solver.checker import check
-from solver.cpsat.search import SEARCH_SHARE, passes_for, search, search_cost
+from solver.cpsat.search import (
+    SEARCH_SHARE,
+    PassScore,
+    best_pass,
+    passes_for,
+    rank_key,
+    search,
+    search_cost,
+)
 from solver.cpsat.solve import plan_value
 from solver.names import SolverName
 from solver.types import Snapshot
@@ -67,3 +79,41 @@ def test_passes_follow_the_time_limit_not_the_clock() -> None:
     for limit in (0.1, 0.25, 1.0):  # the most passes the cost model fits in the share
         n = passes_for(s, limit)
         assert search_cost(s, n) <= SEARCH_SHARE * limit < search_cost(s, n + 1) or n == 16
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_a_heavy_fragmentation_weight_never_takes_the_floor_below_best_fit(s: Snapshot) -> None:
+    # the trade between demand and fragmentation ranks passes, but a pass admitting less than
+    # the best-fit pass is never chosen, however much less it fragments
+    heavy = replace(s, policy=replace(s.policy, weights=replace(s.policy.weights,
+                                                                fragmentation=50.0)))
+    plan = search(heavy, Arrays(heavy), seed=5, passes=6)
+    assert not check(heavy, plan)
+    assert plan_value(heavy, plan) >= plan_value(heavy, place(heavy, "bestfit", seed=5))
+
+
+def test_passes_are_ranked_by_demand_less_weighted_fragmentation() -> None:
+    bestfit = PassScore(4000.0, 4000.0, 5, 9000.0)
+    # 1,000 milli-GPU more admitted but 6,000 more expected fragmentation: at the default
+    # weight (0.2) the tidier pass wins; at 0 the old order (demand first) holds
+    more, tidier = PassScore(5000.0, 5000.0, 6, 9000.0), PassScore(4000.0, 4000.0, 5, 3000.0)
+    assert best_pass([bestfit, more, tidier], 0.2) == 2
+    assert best_pass([bestfit, more, tidier], 0.0) == 1
+    assert best_pass([bestfit, more, tidier], -1.0) == 1  # refused by the policy: as 0
+    # between equal trades the aged demand, then the pods, then fragmentation decide, then
+    # the earliest pass
+    assert best_pass([bestfit, PassScore(4000.0, 3000.0, 9, 1.0),
+                      PassScore(4000.0, 4500.0, 1, 1.0)], 0.0) == 2
+    assert best_pass([bestfit, PassScore(4000.0, 4000.0, 6, 1.0),
+                      PassScore(4000.0, 4000.0, 6, 1.0)], 0.0) == 1
+    assert rank_key(PassScore(1.0, 1.0, 2, 9.0), 0.0) < rank_key(PassScore(1.0, 1.0, 1, 0.0), 0.0)
+
+
+def test_a_pass_admitting_less_than_best_fit_is_never_kept() -> None:
+    # however little it fragments: the floor CP-SAT is held to stays at best-fit's
+    scores = [PassScore(4000.0, 4000.0, 5, 9000.0), PassScore(3999.0, 3999.0, 5, 0.0)]
+    assert best_pass(scores, 0.2) == 0
+    assert best_pass(scores, 1e6) == 0
+    with pytest.raises(ValueError, match="best-fit pass"):
+        best_pass([], 0.2)
