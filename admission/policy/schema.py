@@ -189,7 +189,10 @@ FIELD_DOCS: dict[str, str] = {
     "are traded against).",
     "ObjectiveWeights.agingPerHour": "Priority a waiting gang gains per hour waited.",
     "ObjectiveWeights.fragmentation": "Penalty on free GPU shares left that the window's "
-    "pods could not use (FGD's measure).",
+    "pods could not use (FGD's measure), in the model and in the order search, which keeps "
+    "the pass with the most admitted demand less this weight times the cluster's expected "
+    "fragmentation after it (never a pass admitting less than best-fit). 0 ranks passes by "
+    "demand alone.",
     "ObjectiveWeights.topology": "Penalty per topology domain a gang spreads over beyond its "
     "first, at the level it prefers.",
     "ObjectiveWeights.fairness": "Reward for raising the smallest weighted dominant share "
