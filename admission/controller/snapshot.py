@@ -34,7 +34,7 @@ from typing import Any
 
 from admission import constants as c
 from admission.backends import backend_named
-from admission.controller import demand, trust
+from admission.controller import demand, runtimes, trust
 from admission.controller import translate as tr
 from admission.controller.dra import WAITING, DraState
 from admission.controller.inventory import View
@@ -87,6 +87,9 @@ class GangInfo:
     refusal: Refusal | None = None  # broken, though readable: why Berth will not release it
     declared: list[int | None] = field(default_factory=list)  # gang size each pod declares
     gang: Gang | None = None  # the solver's view (pending)
+    # pending: when each pod (by namespace/name) is expected to end once released, shown on it
+    # by the release (runtimes.release_annotations)
+    expected: dict[str, runtimes.Expected] = field(default_factory=dict)
 
     @property
     def pods(self) -> list[Obj]:
@@ -287,8 +290,9 @@ def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo,
     tenant = settings.tenant(info.tenant)
     if settings.tenants and tenant is None:
         raise TranslationError(f"tenant {info.tenant!r} is not in the policy")
-    deadlines = [tr.active_deadline_s(p) for p in pods]
-    runtime = None if None in deadlines else max(d for d in deadlines if d is not None)
+    # Backfill eligibility: only bounds the tenant cannot stretch, on every pod (runtimes.py)
+    bounds = [runtimes.backfill_bound(p, settings.backend).remaining_s for p in pods]
+    runtime = None if None in bounds else max(b for b in bounds if b is not None)
     return Gang(name=info.key, tenant=info.tenant, pods=tuple(requests),
                 priority=max(trust.priority_of(p, settings, info.tenant) for p in pods),
                 wait_seconds=min(MAX_WAIT_SECONDS, max(0.0, wait)), topology=topo,
@@ -299,8 +303,9 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
             settings: Settings, dra: DraState | None = None,
             now: datetime | None = None) -> list[Running]:
     """Everything that holds capacity now or is about to (the module docstring says what and
-    how it is counted; :mod:`.dra` for GPUs held through ResourceClaims). Given ``now``, a pod
-    with a deadline (``activeDeadlineSeconds``) says when it ends at the latest."""
+    how it is counted; :mod:`.dra` for GPUs held through ResourceClaims). Given ``now``, each
+    pod says when it is expected to end (:func:`.runtimes.expected_end`: its earliest bound,
+    its own deadline, its Job's or Kueue's, else its declared estimate)."""
     out: list[Running] = []
     dra = dra or DraState()
     counted: set[str] = set()  # claims whose devices a pod already holds
@@ -341,8 +346,11 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
             continue
         for s in r.gpus:
             taken[node.name][s.index] += s.milli
-        if now is not None and (left := tr.remaining_s(pod, now)) is not None:
-            r = replace(r, remaining_s=left)
+        if now is not None:
+            job = runtimes.owner_job(pod, view.jobs)
+            left = runtimes.expected_end(pod, job, settings.backend, now).remaining_s
+            if left is not None:
+                r = replace(r, remaining_s=left)
         if now is not None and leaving(pod):
             r = replace(r, remaining_s=0.0)  # going: reclaim counts what it holds as freed
         if (now is not None and tenant is not None and planned is not None
@@ -421,16 +429,17 @@ def build(view: View, settings: Settings, now: datetime, memo: Memo | None = Non
         gangs = {k: g for k, g in gangs.items() if only(g)}
         running = holding(view, nodes, finishing_all, settings, dra, now)
         return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, dra,
-                             sweep=False)
+                             view.jobs, sweep=False)
     finishing = [g for g in gangs.values() if g.state == GangState.FINISHING]
     running = holding(view, nodes, finishing, settings, dra, now)
     return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, dra,
-                         sweep=True)
+                         view.jobs, sweep=True)
 
 
 def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
                   node_errors: dict[str, str], running: list[Running], now: datetime,
-                  settings: Settings, memo: Memo, dra: DraState, *, sweep: bool) -> Built:
+                  settings: Settings, memo: Memo, dra: DraState, jobs: Mapping[str, Obj], *,
+                  sweep: bool) -> Built:
     solvable: list[Gang] = []
     for info in sorted(gangs.values(), key=lambda g: g.key):
         if info.state != GangState.PENDING:
@@ -438,6 +447,8 @@ def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
         try:
             info.gang = to_gang(info, now, settings, memo, dra, nodes)
             solvable.append(info.gang)
+            info.expected = {tr.pod_key(p): runtimes.expected_end(
+                p, runtimes.owner_job(p, jobs), settings.backend, now) for p in info.gated}
         except (TranslationError, ProblemError) as exc:
             info.state, info.error = GangState.BROKEN, str(exc)
     if sweep:  # a partial build (fast path) must not evict what the batch cycle memoised

@@ -80,6 +80,7 @@ class FakeApi:
         self.config_maps: dict[str, Json] = {}
         self.custom: dict[tuple[str, str, str], Json] = {}
         self.dra: dict[str, dict[str, Json]] = {}  # DRA kind -> namespace/name -> object
+        self.jobs: dict[str, Json] = {}  # namespace/name -> batch/v1 Job
         self.patches: list[tuple[str, Sequence[PatchOp]]] = []
         self._rv = itertools.count(1000)
         self.fail_after: int | None = None  # the n-th next pod patch crashes
@@ -124,6 +125,23 @@ class FakeApi:
 
     def watch_nodes(self, resource_version: str,
                     timeout_seconds: int) -> Iterator[tuple[str, Json]]:
+        return iter(())
+
+    def add_job(self, job: Json) -> Json:
+        """A Job as the API server stores it (also how a test changes one: any field of a
+        Job's spec but its template is accepted, as the API server does for the deadline)."""
+        job = copy.deepcopy(job)
+        m = job["metadata"]
+        m.setdefault("namespace", "default")
+        m.setdefault("uid", f"uid-job-{m['namespace']}-{m['name']}")
+        self.jobs[f"{m['namespace']}/{m['name']}"] = self._bump(job)
+        return copy.deepcopy(job)
+
+    def list_jobs(self) -> tuple[list[Json], str]:
+        return [copy.deepcopy(j) for j in self.jobs.values()], str(next(self._rv))
+
+    def watch_jobs(self, resource_version: str,
+                   timeout_seconds: int) -> Iterator[tuple[str, Json]]:
         return iter(())
 
     def list_dra(self, kind: str) -> tuple[list[Json], str]:
