@@ -157,6 +157,8 @@ class Built:
     nodes: dict[str, Node]
     node_errors: dict[str, str]
     dra: DraState = field(default_factory=DraState)
+    # where each running pod's known expected end comes from, by its name (explain.py)
+    end_sources: dict[str, runtimes.Source] = field(default_factory=dict)
 
     def by_state(self, state: GangState) -> list[GangInfo]:
         return [g for g in self.gangs.values() if g.state == state]
@@ -301,11 +303,13 @@ def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo,
 
 def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
             settings: Settings, dra: DraState | None = None,
-            now: datetime | None = None) -> list[Running]:
+            now: datetime | None = None,
+            sources: dict[str, runtimes.Source] | None = None) -> list[Running]:
     """Everything that holds capacity now or is about to (the module docstring says what and
     how it is counted; :mod:`.dra` for GPUs held through ResourceClaims). Given ``now``, each
     pod says when it is expected to end (:func:`.runtimes.expected_end`: its earliest bound,
-    its own deadline, its Job's or Kueue's, else its declared estimate)."""
+    its own deadline, its Job's or Kueue's, else its declared estimate), and ``sources`` is
+    told where each known end comes from."""
     out: list[Running] = []
     dra = dra or DraState()
     counted: set[str] = set()  # claims whose devices a pod already holds
@@ -348,9 +352,11 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
             taken[node.name][s.index] += s.milli
         if now is not None:
             job = runtimes.owner_job(pod, view.jobs)
-            left = runtimes.expected_end(pod, job, settings.backend, now).remaining_s
-            if left is not None:
-                r = replace(r, remaining_s=left)
+            expected = runtimes.expected_end(pod, job, settings.backend, now)
+            if expected.remaining_s is not None:
+                r = replace(r, remaining_s=expected.remaining_s)
+                if sources is not None:
+                    sources[r.name] = expected.source
         if now is not None and leaving(pod):
             r = replace(r, remaining_s=0.0)  # going: reclaim counts what it holds as freed
         if (now is not None and tenant is not None and planned is not None
@@ -422,24 +428,25 @@ def build(view: View, settings: Settings, now: datetime, memo: Memo | None = Non
     dra = DraState.from_view(view)
     nodes, node_errors = build_nodes(view, settings, memo, dra)
     gangs = group_gangs(view, settings)
+    sources: dict[str, runtimes.Source] = {}
     for info in gangs.values():
         classify(info, settings, dra)
     if only is not None:
         finishing_all = [g for g in gangs.values() if g.state == GangState.FINISHING]
         gangs = {k: g for k, g in gangs.items() if only(g)}
-        running = holding(view, nodes, finishing_all, settings, dra, now)
+        running = holding(view, nodes, finishing_all, settings, dra, now, sources)
         return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, dra,
-                             view.jobs, sweep=False)
+                             view.jobs, sources, sweep=False)
     finishing = [g for g in gangs.values() if g.state == GangState.FINISHING]
-    running = holding(view, nodes, finishing, settings, dra, now)
+    running = holding(view, nodes, finishing, settings, dra, now, sources)
     return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, dra,
-                         view.jobs, sweep=True)
+                         view.jobs, sources, sweep=True)
 
 
 def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
                   node_errors: dict[str, str], running: list[Running], now: datetime,
-                  settings: Settings, memo: Memo, dra: DraState, jobs: Mapping[str, Obj], *,
-                  sweep: bool) -> Built:
+                  settings: Settings, memo: Memo, dra: DraState, jobs: Mapping[str, Obj],
+                  sources: dict[str, runtimes.Source], *, sweep: bool) -> Built:
     solvable: list[Gang] = []
     for info in sorted(gangs.values(), key=lambda g: g.key):
         if info.state != GangState.PENDING:
@@ -456,4 +463,5 @@ def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
     snapshot = Snapshot(nodes=tuple(nodes.values()), gangs=tuple(solvable),
                         running=tuple(running), tenants=settings.tenants,
                         policy=settings.solver_policy)
-    return Built(snapshot=snapshot, gangs=gangs, nodes=nodes, node_errors=node_errors, dra=dra)
+    return Built(snapshot=snapshot, gangs=gangs, nodes=nodes, node_errors=node_errors, dra=dra,
+                 end_sources=sources)
