@@ -187,8 +187,10 @@ class Controller:
             self._wake.clear()
             if stop.is_set():
                 return
+            # Not the Job watch: without it Jobs' deadlines are unknown, which only plans fewer
+            # reservations (an unknown end never frees; no gang backfills on a Job's deadline),
+            # so a cluster where it cannot list Jobs (RBAC not yet applied) still runs.
             synced = self.pod_watch.synced.is_set() and self.node_watch.synced.is_set() \
-                and self.job_watch.synced.is_set() \
                 and all(w.synced.is_set() for w in self.dra_watches)
             if not self.elector.is_leader:
                 self.records.forget()
