@@ -5,6 +5,8 @@ overrun estimate is unknown, never "being deleted"."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -277,3 +279,34 @@ def test_the_release_shows_the_expected_end_and_its_source() -> None:
     assert shown("team-a/jobpod") == (rfc3339(T0 + timedelta(seconds=2600)), "job-deadline")
     assert shown("team-a/declared") == (rfc3339(now + timedelta(hours=2)), "expected-runtime")
     assert shown("team-a/plain") == (None, "unknown")
+
+
+def test_the_controllers_job_watch_lists_then_follows_changes() -> None:
+    """The Job watch as ``berth serve`` runs it: a list, then each change streamed."""
+    class JobStream(FakeApi):
+        def watch_jobs(self, resource_version: str,
+                       timeout_seconds: int) -> Iterator[tuple[str, Any]]:
+            yield "MODIFIED", {**job(deadline=5600), "metadata": {
+                **job()["metadata"], "resourceVersion": str(int(resource_version) + 1)}}
+            yield "ADDED", job("eval", deadline=None)  # no deadline: nothing kept
+            stop.wait(5)
+
+    api = JobStream()
+    api.add_job(job())
+    ctl = controller(api, FakeClock(NOW))
+    ctl.inventory.replace_jobs([])  # as a fresh start: only the watch fills it
+    stop = threading.Event()
+    thread = threading.Thread(target=ctl.job_watch.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            jobs = ctl.inventory.view().jobs
+            if jobs.get("team-a/train", {}).get("spec", {}).get("activeDeadlineSeconds") == 5600:
+                break
+            stop.wait(0.01)
+        assert list(ctl.inventory.view().jobs) == ["team-a/train"]
+        assert ctl.inventory.view().jobs["team-a/train"]["spec"]["activeDeadlineSeconds"] == 5600
+        assert ctl.job_watch.synced.is_set()
+    finally:
+        stop.set()
+        thread.join(5)
