@@ -87,8 +87,8 @@ class GangInfo:
     refusal: Refusal | None = None  # broken, though readable: why Berth will not release it
     declared: list[int | None] = field(default_factory=list)  # gang size each pod declares
     gang: Gang | None = None  # the solver's view (pending)
-    # pending: when each pod (by namespace/name) is expected to end once released, shown on it
-    # by the release (runtimes.release_annotations)
+    # admitted: when each pod (by namespace/name) is expected to end once released, shown on
+    # it by the release (runtimes.release_annotations; Built.expect fills it)
     expected: dict[str, runtimes.Expected] = field(default_factory=dict)
 
     @property
@@ -159,6 +159,14 @@ class Built:
     dra: DraState = field(default_factory=DraState)
     # where each running pod's known expected end comes from, by its name (explain.py)
     end_sources: dict[str, runtimes.Source] = field(default_factory=dict)
+    jobs: Mapping[str, Obj] = field(default_factory=dict)  # the view's Jobs (runtimes.py)
+
+    def expect(self, info: GangInfo, settings: Settings, now: datetime) -> GangInfo:
+        """``info`` with when each of its pods is expected to end once released, for the
+        release to show (only the gangs a plan admits: not every pending pod each window)."""
+        info.expected = {tr.pod_key(p): runtimes.expected_end(
+            p, runtimes.owner_job(p, self.jobs), settings.backend, now) for p in info.gated}
+        return info
 
     def by_state(self, state: GangState) -> list[GangInfo]:
         return [g for g in self.gangs.values() if g.state == state]
@@ -454,8 +462,6 @@ def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
         try:
             info.gang = to_gang(info, now, settings, memo, dra, nodes)
             solvable.append(info.gang)
-            info.expected = {tr.pod_key(p): runtimes.expected_end(
-                p, runtimes.owner_job(p, jobs), settings.backend, now) for p in info.gated}
         except (TranslationError, ProblemError) as exc:
             info.state, info.error = GangState.BROKEN, str(exc)
     if sweep:  # a partial build (fast path) must not evict what the batch cycle memoised
@@ -464,4 +470,4 @@ def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
                         running=tuple(running), tenants=settings.tenants,
                         policy=settings.solver_policy)
     return Built(snapshot=snapshot, gangs=gangs, nodes=nodes, node_errors=node_errors, dra=dra,
-                 end_sources=sources)
+                 end_sources=sources, jobs=jobs)

@@ -11,6 +11,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from admission import constants as c
 from admission.controller import runtimes as rt
@@ -94,6 +96,23 @@ def job_cluster(*pods: dict[str, Any], **job_kw: Any) -> tuple[FakeApi, FakeCloc
 def test_only_bounds_the_tenant_cannot_stretch_may_backfill(
         case: str, pod: dict[str, Any], backend: str, bound: rt.Expected) -> None:
     assert rt.backfill_bound(pod, backend) == bound, case
+
+
+@given(estimate=st.text(max_size=12) | st.sampled_from(["1s", "1m", "2h", "90m", "1h30m"]),
+       job_deadline=st.none() | st.integers(min_value=1, max_value=10**6),
+       own=st.none() | st.integers(min_value=1, max_value=10**6),
+       backend=st.sampled_from(["standalone", "kueue", "volcano"]))
+def test_what_a_tenant_may_stretch_never_changes_backfill(
+        estimate: str, job_deadline: int | None, own: int | None, backend: str) -> None:
+    """Adding an estimate (any text) and a Job (any deadline) to a pod leaves its backfill
+    bound what its own deadline alone makes it."""
+    bare = waiting("p", 1, age=0, deadline=own)
+    stretched = owned(declaring(waiting("p", 1, age=0, deadline=own), estimate))
+    jobs = {"team-a/train": job(deadline=job_deadline)}
+    assert rt.owner_job(stretched, jobs) is jobs["team-a/train"]
+    assert rt.backfill_bound(stretched, backend) == rt.backfill_bound(bare, backend)
+    assert rt.backfill_bound(stretched, backend).remaining_s == (None if own is None
+                                                                 else float(own))
 
 
 def test_expected_ends_take_the_earliest_bound_else_the_estimate() -> None:
