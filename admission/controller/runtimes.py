@@ -97,11 +97,12 @@ def kueue_limit_s(pod: Obj, backend: str) -> float | None:
     return None if seconds is None else float(seconds)
 
 
-def declared_s(pod: Obj) -> float | None:
-    """The pod's ``berth.dev/expected-runtime`` in seconds (None when absent or unreadable;
-    the webhook refused malformed and over-long values at CREATE)."""
+def declared_s(pod: Obj, cap: float = MAX_RUNTIME_S) -> float | None:
+    """The pod's ``berth.dev/expected-runtime`` in seconds, at most ``cap`` (the policy's
+    bound now; the webhook refused malformed and over-long values at CREATE); None when
+    absent or unreadable."""
     seconds = parse_duration(tr.annotations_of(pod).get(c.ANNOTATION_EXPECTED_RUNTIME))
-    return None if seconds is None else float(min(seconds, MAX_RUNTIME_S))
+    return None if seconds is None else float(min(seconds, cap, MAX_RUNTIME_S))
 
 
 def owner_job_key(pod: Obj) -> tuple[str, str] | None:
@@ -153,11 +154,13 @@ def backfill_bound(pod: Obj, backend: str) -> Expected:
     return Expected(seconds, source)
 
 
-def expected_end(pod: Obj, job: Obj | None, backend: str, now: datetime) -> Expected:
+def expected_end(pod: Obj, job: Obj | None, backend: str, now: datetime, *,
+                 estimate_cap: float = MAX_RUNTIME_S) -> Expected:
     """When a running (or released) pod ends, in seconds from ``now``: the earliest bound it
-    has, else its estimate (module docstring). Kueue's limit and the estimate count from the
-    pod's start (Kueue admitted the Workload before Berth released it, so this is no earlier
-    than Kueue ends it); a pod not started has the whole of each ahead."""
+    has, else its estimate, at most ``estimate_cap`` (module docstring). Kueue's limit and
+    the estimate count from the pod's start (Kueue admitted the Workload before Berth released
+    it, so this is no earlier than Kueue ends it); a pod not started has the whole of each
+    ahead."""
     elapsed = _since_start(pod, now)
     bounds: list[tuple[float, Source]] = []
     own = tr.remaining_s(pod, now)  # 0 once past: the kubelet is ending it
@@ -172,7 +175,7 @@ def expected_end(pod: Obj, job: Obj | None, backend: str, now: datetime) -> Expe
     if bounds:
         seconds, source = min(bounds, key=lambda b: b[0])
         return Expected(min(seconds, MAX_WAIT_SECONDS), source)
-    declared = declared_s(pod)
+    declared = declared_s(pod, estimate_cap)
     if declared is not None and declared > elapsed:
         return Expected(declared - elapsed, Source.DECLARED)
     # An estimate overrun says nothing of when the pod ends; read as 0 it would tell reclaim

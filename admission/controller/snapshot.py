@@ -165,7 +165,8 @@ class Built:
         """``info`` with when each of its pods is expected to end once released, for the
         release to show (only the gangs a plan admits: not every pending pod each window)."""
         info.expected = {tr.pod_key(p): runtimes.expected_end(
-            p, runtimes.owner_job(p, self.jobs), settings.backend, now) for p in info.gated}
+            p, runtimes.owner_job(p, self.jobs), settings.backend, now,
+            estimate_cap=settings.max_expected_runtime_seconds) for p in info.gated}
         return info
 
     def by_state(self, state: GangState) -> list[GangInfo]:
@@ -360,7 +361,9 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
             taken[node.name][s.index] += s.milli
         if now is not None:
             job = runtimes.owner_job(pod, view.jobs)
-            expected = runtimes.expected_end(pod, job, settings.backend, now)
+            expected = runtimes.expected_end(
+                pod, job, settings.backend, now,
+                estimate_cap=settings.max_expected_runtime_seconds)
             if expected.remaining_s is not None:
                 r = replace(r, remaining_s=expected.remaining_s)
                 if sources is not None:

@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from admission import constants as c
 from admission.controller import runtimes as rt
 from admission.controller.inventory import Inventory
+from admission.controller.settings import from_policy
 from admission.controller.snapshot import build
 from admission.controller.translate import rfc3339
+from admission.policy import Policy
 from solver.reclaim import leaving
 from tests.admission.controller.fakeapi import FakeApi
 from tests.admission.controller.harness import condition, controller, gates, settings
@@ -132,6 +134,9 @@ def test_expected_ends_take_the_earliest_bound_else_the_estimate() -> None:
     # not started: each whole
     assert rt.expected_end(declaring(waiting("w", 1, age=0), "90m"), None, "standalone",
                            NOW) == rt.Expected(5400.0, Source.DECLARED)
+    # a policy lowered since CREATE caps the estimate
+    assert rt.expected_end(declaring(waiting("w", 1, age=0), "90m"), None, "standalone",
+                           NOW, estimate_cap=3600.0) == rt.Expected(3600.0, Source.DECLARED)
 
 
 def test_past_ends() -> None:
@@ -329,3 +334,16 @@ def test_the_controllers_job_watch_lists_then_follows_changes() -> None:
     finally:
         stop.set()
         thread.join(5)
+
+
+def test_the_policys_bound_on_estimates_reaches_the_controller() -> None:
+    policy = Policy.model_validate({"tenants": [{"name": "team-a", "namespaces": ["team-a"]}],
+                                    "admission": {"maxExpectedRuntimeSeconds": 3600}})
+    assert from_policy(policy).max_expected_runtime_seconds == 3600.0
+    api = FakeApi()
+    api.add_node(node("n0", gpus=8))
+    api.add_pod(declaring(running("r", 2, deadline=None, started=1000), "2h"))
+    clock = FakeClock(NOW)
+    ctl = controller(api, clock, s=settings(max_expected_runtime_seconds=3600.0))
+    (r,) = build(ctl.inventory.view(), ctl.settings, clock()).snapshot.running
+    assert r.remaining_s == 2600.0  # 1 h from its start, not 2 h
