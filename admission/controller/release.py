@@ -137,7 +137,10 @@ class Releaser:
             if all(ann.get(k) == v for k, v in want.items() if k not in _TIMES):
                 for k in _TIMES:  # same plan already written: keep its times
                     want.pop(k, None)
-            return pl.placement_ops(current, annotations_={**extra, **want}, labels_=labels)
+            # an end an earlier plan wrote goes when this one knows none
+            drop = (c.ANNOTATION_EXPECTED_END,) if expected.remaining_s is None else ()
+            return pl.placement_ops(current, annotations_={**extra, **want}, labels_=labels,
+                                    drop=drop)
 
         return make
 

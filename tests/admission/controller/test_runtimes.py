@@ -347,3 +347,32 @@ def test_the_policys_bound_on_estimates_reaches_the_controller() -> None:
     ctl = controller(api, clock, s=settings(max_expected_runtime_seconds=3600.0))
     (r,) = build(ctl.inventory.view(), ctl.settings, clock()).snapshot.running
     assert r.remaining_s == 2600.0  # 1 h from its start, not 2 h
+
+
+def test_a_replanned_pod_keeps_no_end_an_earlier_plan_wrote() -> None:
+    """A gang whose release stopped half-way is planned again; what it shows is this plan's."""
+    stale = waiting("plain", 1, age=10)
+    stale["metadata"]["annotations"].update({c.ANNOTATION_EXPECTED_END: "2026-01-01T00:00:00Z",
+                                             c.ANNOTATION_RUNTIME_SOURCE: "pod-deadline"})
+    api, clock = job_cluster(stale)
+    ctl = controller(api, clock)
+    ctl.run_cycle()
+    ann = api.pods["team-a/plain"]["metadata"]["annotations"]
+    assert gates(api, "team-a/plain") == []
+    assert c.ANNOTATION_EXPECTED_END not in ann
+    assert ann[c.ANNOTATION_RUNTIME_SOURCE] == "unknown"
+
+
+def test_a_retried_release_keeps_the_times_it_wrote() -> None:
+    api, clock = job_cluster(waiting("a", 1, age=10, deadline=300),
+                             waiting("b", 1, age=10, deadline=300))
+    ctl = controller(api, clock)
+    info = build(ctl.inventory.view(), ctl.settings, clock()).gangs["team-a/a"]
+    info = build(ctl.inventory.view(), ctl.settings, clock()).expect(info, ctl.settings, clock())
+    pod = info.gated[0]
+    first, _ = ctl.releaser.write_placement(pod, "n0", (), "plan-1", info)
+    clock.advance(30)
+    again, changed = ctl.releaser.write_placement(first, "n0", (), "plan-1", info)
+    assert not changed
+    assert again["metadata"]["annotations"][c.ANNOTATION_EXPECTED_END] == rfc3339(
+        NOW + timedelta(seconds=300))
