@@ -36,6 +36,9 @@ ANNOTATION_GPU_MODELS: Final = f"{DOMAIN}/gpu-models"  # comma-separated accepta
 ANNOTATION_QOS_CLASS: Final = f"{DOMAIN}/qos-class"  # a QoS class named in the policy
 ANNOTATION_TOPOLOGY: Final = f"{DOMAIN}/topology"  # "<level>" or "required:<level>"
 ANNOTATION_PRIORITY: Final = f"{DOMAIN}/priority"  # int, higher first, bounded by policy
+# How long the pod is expected to run, a duration ("2h", "90m", "1h30m", "3600s"): an estimate
+# (nothing enforces it), bounded by admission.maxExpectedRuntimeSeconds; docs/reservations.md
+ANNOTATION_EXPECTED_RUNTIME: Final = f"{DOMAIN}/expected-runtime"
 
 # The only keys under berth.dev/ a pod may bring at CREATE (each validated by the webhook).
 # Every other label or annotation under berth.dev/ is Berth's own: the webhook removes it from
@@ -45,6 +48,7 @@ ANNOTATION_PRIORITY: Final = f"{DOMAIN}/priority"  # int, higher first, bounded 
 USER_ANNOTATIONS: Final = frozenset({
     ANNOTATION_GANG, ANNOTATION_GANG_SIZE, ANNOTATION_FRACTION, ANNOTATION_GPU_MEMORY,
     ANNOTATION_GPU_MODELS, ANNOTATION_QOS_CLASS, ANNOTATION_TOPOLOGY, ANNOTATION_PRIORITY,
+    ANNOTATION_EXPECTED_RUNTIME,
 })
 BERTH_PREFIX: Final = f"{DOMAIN}/"
 
@@ -84,6 +88,10 @@ ANNOTATION_ASSIGNED_GPUS: Final = f"{DOMAIN}/assigned-gpus"  # GPU indexes, "0,1
 ANNOTATION_ASSIGNED_GPU_MILLI: Final = f"{DOMAIN}/assigned-gpu-milli"  # per GPU, "500,500"
 ANNOTATION_ASSIGNED_AT: Final = f"{DOMAIN}/assigned-at"  # RFC 3339 time of release
 ANNOTATION_PLAN: Final = f"{DOMAIN}/plan"  # id of the plan that released the pod
+# When the pod is expected to end (RFC 3339) and where that comes from (a
+# admission.controller.runtimes.Source), as the release saw it: shown to users, never read back
+ANNOTATION_EXPECTED_END: Final = f"{DOMAIN}/expected-end"
+ANNOTATION_RUNTIME_SOURCE: Final = f"{DOMAIN}/runtime-source"
 
 ASSIGNMENT_ANNOTATIONS: Final = (
     ANNOTATION_ASSIGNED_NODE,
@@ -142,6 +150,9 @@ KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_COUNT: Final = "kueue.x-k8s.io/pod-group-total-count"  # annotation
 KUEUE_GATE: Final = "kueue.x-k8s.io/admission"
+# Kueue's maximum execution time of a Workload (whole seconds), read from the pod by Kueue's
+# plain-pod integration and enforced by its workload controller (docs/reservations.md)
+KUEUE_MAX_EXEC_LABEL: Final = "kueue.x-k8s.io/max-exec-time-seconds"
 
 VOLCANO_GROUP_ANNOTATION: Final = "scheduling.k8s.io/group-name"
 VOLCANO_QUEUE_ANNOTATION: Final = "volcano.sh/queue-name"

@@ -94,6 +94,7 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.admission = client.AdmissionregistrationV1Api(api_client)
         self.resource = client.ResourceV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
         self.timeout = request_timeout
 
     # ------------------------------------------------------------------ pods and nodes
@@ -130,6 +131,15 @@ class KubeApi:
     def watch_nodes(self, resource_version: str,
                     timeout_seconds: int) -> Iterator[tuple[str, Json]]:
         return self._watch(self.core.list_node, resource_version, timeout_seconds)
+
+    def list_jobs(self) -> tuple[list[Json], str]:
+        data = _call(self.batch.list_job_for_all_namespaces, _request_timeout=self.timeout)
+        return data.get("items") or [], data["metadata"]["resourceVersion"]
+
+    def watch_jobs(self, resource_version: str,
+                   timeout_seconds: int) -> Iterator[tuple[str, Json]]:
+        return self._watch(self.batch.list_job_for_all_namespaces, resource_version,
+                           timeout_seconds)
 
     # ------------------------------------------------------------------ DRA
     def _dra_lister(self, kind: str) -> Callable[..., Any]:

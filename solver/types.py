@@ -183,8 +183,10 @@ class Running:
     gpus: tuple[GpuShare, ...] = ()
     tenant: str | None = None
     qos_class: str | None = None
-    # seconds until it is expected to end (None: unknown); what reservations plan with.
-    # 0: it is leaving now (being deleted or evicted): reclaim counts its capacity as freed
+    # seconds until it is expected to end (None: unknown); what reservations plan with: an
+    # enforced bound, or an estimate where none is known (never a gang's backfill eligibility,
+    # which is Gang.runtime_s). 0: it is leaving now (being deleted or evicted, or past its own
+    # deadline): reclaim counts its capacity as freed. An estimate overrun is None, never 0.
     remaining_s: float | None = None
     # the gang Berth placed it with (None: not a gang Berth placed, never reclaimed), its
     # priority, and how long it has run (None: not started): what reclaim chooses victims by

@@ -89,6 +89,9 @@ class Controller:
         self.node_watch = WatchLoop(kind="nodes", lister=api.list_nodes, watcher=api.watch_nodes,
                                     replace=self.inventory.replace_nodes,
                                     apply=self.inventory.apply_node)
+        self.job_watch = WatchLoop(kind="jobs", lister=api.list_jobs, watcher=api.watch_jobs,
+                                   replace=self.inventory.replace_jobs,
+                                   apply=self.inventory.apply_job)
         self.dra_watches = [
             WatchLoop(kind=kind, lister=partial(api.list_dra, kind),
                       watcher=partial(api.watch_dra, kind),
@@ -128,6 +131,7 @@ class Controller:
         """Rebuild the inventory from the API server alone (start-up, tests)."""
         self.inventory.replace_nodes(self.api.list_nodes()[0])
         self.inventory.replace_pods(self.api.list_pods()[0])
+        self.inventory.replace_jobs(self.api.list_jobs()[0])
         for kind in DRA_KINDS:
             self.inventory.replace_dra(kind, self.api.list_dra(kind)[0])
 
@@ -154,6 +158,7 @@ class Controller:
         targets: list[tuple[str, Callable[[threading.Event], None]]] = [
             ("berth-watch-pods", self.pod_watch.run),
             ("berth-watch-nodes", self.node_watch.run),
+            ("berth-watch-jobs", self.job_watch.run),
             *((f"berth-watch-{w.kind}", w.run) for w in self.dra_watches),
             ("berth-lease", self.elector.run),
             ("berth-cycle", self._loop),
@@ -182,6 +187,9 @@ class Controller:
             self._wake.clear()
             if stop.is_set():
                 return
+            # Not the Job watch: without it Jobs' deadlines are unknown, which only plans fewer
+            # reservations (an unknown end never frees; no gang backfills on a Job's deadline),
+            # so a cluster where it cannot list Jobs (RBAC not yet applied) still runs.
             synced = self.pod_watch.synced.is_set() and self.node_watch.synced.is_set() \
                 and all(w.synced.is_set() for w in self.dra_watches)
             if not self.elector.is_leader:

@@ -183,7 +183,8 @@ class Cycle:
         # 5. Release: placements first, gates only once every pod of a gang carries its plan.
         with self._phase(report, "release"):
             plan_id = f"{now.strftime('%Y%m%dT%H%M%S')}-{report.path}-{self.number}"
-            jobs = [(built.gangs[gp.gang], gp) for gp in plan.admitted]
+            jobs = [(built.expect(built.gangs[gp.gang], self.settings, now), gp)
+                    for gp in plan.admitted]
             report.released = self.releaser.release_all(jobs, plan_id, self.still_leader)
             if len(report.released) < len(jobs):
                 log.warning("cycle %d: lost the lease; %d admitted gangs left unreleased",

@@ -78,6 +78,7 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
     """Why each gang Berth holds is still waiting after this cycle, by gang key."""
     snap = built.snapshot
     deferred = {d.gang: d.reason for d in (plan.deferred if plan else ())}
+    held = {r.gang: r.nodes for r in (plan.reservations if plan else ())}
     admitted = plan.admitted_names if plan else frozenset()
     used = quota_usage_milli(snap, plan)
     by_name = {g.name: g for g in snap.gangs}
@@ -109,7 +110,8 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
             quota = quota_reason(snap, g.gang, used, admitting) if g.gang else None
             reserved = deferred.get(g.key, "")
             if reserved.startswith(RESERVED):
-                out[g.key] = Why("Reserved", f"waiting: {reserved}{tail}")
+                ends = _end_sources(built, held.get(g.key, ()))
+                out[g.key] = Why("Reserved", f"waiting: {reserved}{ends}{tail}")
             elif reserved.startswith(RECLAIM):
                 out[g.key] = Why("Reclaim", f"waiting: {reserved}{tail}")
             elif quota is not None:
@@ -118,6 +120,15 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
                 why = deferred.get(g.key) or "no room for the whole gang this window"
                 out[g.key] = Why("Deferred", f"waiting: {why}{tail}")
     return out
+
+
+def _end_sources(built: Built, nodes: tuple[str, ...]) -> str:
+    """Where the expected ends of the pods running on ``nodes`` come from, as the Reserved
+    message tells it: " (ends from: job-deadline, pod-deadline)" (runtimes.Source)."""
+    where = set(nodes)
+    found = sorted({str(built.end_sources[r.name]) for r in built.snapshot.running
+                    if r.node in where and r.name in built.end_sources})
+    return f" (ends from: {', '.join(found)})" if found else ""
 
 
 def needs_update(pod: Obj, why: Why) -> bool:

@@ -29,6 +29,8 @@ class View:
     version: int
     # DRA objects by kind (DRA_KINDS), each by namespace/name ("/name" when cluster-scoped)
     dra: Mapping[str, Mapping[str, Obj]] = field(default_factory=dict)
+    # Jobs with a deadline by namespace/name, each cut down by :func:`job_summary`
+    jobs: Mapping[str, Obj] = field(default_factory=dict)
 
     def dra_of(self, kind: str) -> Mapping[str, Obj]:
         return self.dra.get(kind) or {}
@@ -53,6 +55,7 @@ class Inventory:
         self._nodes: dict[str, Obj] = {}
         self._pods: dict[str, Obj] = {}
         self._dra: dict[str, dict[str, Obj]] = {}
+        self._jobs: dict[str, Obj] = {}
         self._version = 0  # bumped on every change, so the fast path can tell news from noise
         # uid -> the resourceVersion at which a pod left the inventory (_FOREVER once deleted,
         # finished or terminating, states no pod comes back from). The release records what
@@ -166,11 +169,42 @@ class Inventory:
             self._dra[kind] = fresh
             self._version += 1
 
+    # ---------------------------------------------------------------- Jobs
+    # Only Jobs with a deadline are kept, and of each only what runtimes.py reads (a cluster
+    # may hold many thousands of Jobs; a watch of them costs their summaries, not their pod
+    # templates). A watch rather than a GET per pod: the cycle never waits on the API server,
+    # and a Job's deadline changes (it may be raised or removed) reach the next window.
+    def apply_job(self, event: str, job: Obj) -> bool:
+        key = dra_key(job)
+        summary = None if event == "DELETED" else job_summary(job)
+        with self._lock:
+            old = self._jobs.get(key)
+            if summary is None:
+                if old is None or (event == "DELETED"
+                                   and meta(old).get("uid") != meta(job).get("uid")):
+                    return False
+                del self._jobs[key]
+            else:
+                if old is not None and meta(old).get("uid") == meta(job).get("uid") \
+                        and _rv(old) > _rv(job):
+                    return False
+                if old == summary:
+                    return False
+                self._jobs[key] = summary
+            self._version += 1
+            return True
+
+    def replace_jobs(self, jobs: Sequence[Obj]) -> None:
+        fresh = {dra_key(j): s for j in jobs if (s := job_summary(j)) is not None}
+        with self._lock:
+            self._jobs = fresh
+            self._version += 1
+
     # ---------------------------------------------------------------- reading
     def view(self) -> View:
         with self._lock:
             return View(dict(self._nodes), dict(self._pods), self._version,
-                        {k: dict(v) for k, v in self._dra.items()})
+                        {k: dict(v) for k, v in self._dra.items()}, dict(self._jobs))
 
     def pod(self, key: str) -> Obj | None:
         with self._lock:
@@ -182,12 +216,25 @@ class Inventory:
 
     def counts(self) -> dict[str, Any]:
         with self._lock:
-            return {"nodes": len(self._nodes), "pods": len(self._pods)}
+            return {"nodes": len(self._nodes), "pods": len(self._pods), "jobs": len(self._jobs)}
 
 
 def dra_key(obj: Obj) -> str:
     m = meta(obj)
     return f"{m.get('namespace') or ''}/{m.get('name') or ''}"
+
+
+def job_summary(job: Obj) -> Obj | None:
+    """What the controller keeps of a Job: its identity, deadline and start; None for a Job
+    without a deadline (nothing to learn from it)."""
+    deadline = spec(job).get("activeDeadlineSeconds")
+    if deadline is None:
+        return None
+    m = meta(job)
+    return {"metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion")
+                         if k in m},
+            "spec": {"activeDeadlineSeconds": deadline},
+            "status": {"startTime": (job.get("status") or {}).get("startTime")}}
 
 
 def slim(obj: Obj) -> Obj:

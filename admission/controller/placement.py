@@ -41,10 +41,13 @@ def _map_ops(section: str, current: Mapping[str, str] | None, want: Mapping[str,
 
 
 def placement_ops(pod: Obj, *, annotations_: Mapping[str, str],
-                  labels_: Mapping[str, str]) -> list[PatchOp]:
-    """Set ``annotations_`` and ``labels_`` on the pod; ``[]`` when all are already set."""
+                  labels_: Mapping[str, str], drop: tuple[str, ...] = ()) -> list[PatchOp]:
+    """Set ``annotations_`` and ``labels_`` on the pod and remove the annotations ``drop``
+    names (what an earlier plan wrote that this one does not); ``[]`` when all is so."""
     m = meta(pod)
     ops = _map_ops("annotations", annotations_of(pod), annotations_, m)
+    ops += [{"op": "remove", "path": pointer(("metadata", "annotations", k))}
+            for k in drop if k in annotations_of(pod) and k not in annotations_]
     ops += _map_ops("labels", labels(pod), labels_, m)
     if ops:
         ops.insert(0, {"op": "test", "path": "/metadata/uid", "value": m.get("uid")})

@@ -116,14 +116,16 @@ REASONS: Final[tuple[Reason, ...]] = (
     Reason(
         "Reserved", True, "Normal", "explain.py",
         "The gang cannot fit now and has waited past `solver.reservations.afterSeconds`: "
-        "capacity is held for it at its earliest expected start, from the deadlines "
-        "(`activeDeadlineSeconds`) of the pods running where it will go; only gangs whose "
-        "own deadline ends before that start may use what is held (docs/reservations.md). "
-        "Re-planned every window.",
+        "capacity is held for it at its earliest expected start, from the expected ends of "
+        "the pods running where it will go (their own or their Job's `activeDeadlineSeconds`, "
+        "Kueue's maximum execution time, else their `berth.dev/expected-runtime`; the message "
+        "names which); only gangs whose own enforced bound ends before that start may use "
+        "what is held (docs/reservations.md). Re-planned every window.",
         "waiting: reserved: expected to start in 540 s on gpu-node-3, gpu-node-4, when "
-        "running pods there end; 0 gangs ahead",
-        "Nothing; it starts when those pods end (at the latest at their deadlines). Pods "
-        "with an `activeDeadlineSeconds` of their own may backfill the held capacity.",
+        "running pods there end (ends from: job-deadline, pod-deadline); 0 gangs ahead",
+        "Nothing; it starts when those pods end (at the latest at their deadlines; an "
+        "estimate may be late). Pods with an `activeDeadlineSeconds` of their own (a Job's "
+        "pod template may set it) may backfill the held capacity.",
     ),
     Reason(
         "Reclaim", True, "Normal", "explain.py",

@@ -33,6 +33,7 @@ from admission import constants as c
 from admission import jsonpatch
 from admission.backends.base import Backend
 from admission.controller import placement as pl
+from admission.controller import runtimes
 from admission.controller import translate as tr
 from admission.controller.api import ApiError, ClusterApi, Conflict, NotFound
 from admission.controller.snapshot import GangInfo
@@ -43,6 +44,9 @@ from solver.plan import GangPlacement, PodPlacement
 from solver.types import GpuShare
 
 log = logging.getLogger(__name__)
+
+#: Annotations of the release that say when it was made: a retry of the same plan keeps them.
+_TIMES = (c.ANNOTATION_ASSIGNED_AT, c.ANNOTATION_EXPECTED_END)
 
 G = TypeVar("G")
 T = TypeVar("T")
@@ -123,11 +127,20 @@ class Releaser:
         labels, extra = self.backend.pod_metadata(info, queue)
 
         def make(current: Obj) -> list[PatchOp]:
-            want = tr.assignment_annotations(node, shares, plan, tr.rfc3339(self.clock()))
+            now = self.clock()
+            # What Berth expects of the pod rides on this write (no write of its own): its
+            # expected end and where that comes from, for users to read (runtimes.py).
+            expected = info.expected.get(tr.pod_key(current), runtimes.UNKNOWN)
+            want = {**tr.assignment_annotations(node, shares, plan, tr.rfc3339(now)),
+                    **runtimes.release_annotations(expected, now)}
             ann = tr.annotations_of(current)
-            if all(ann.get(k) == v for k, v in want.items() if k != c.ANNOTATION_ASSIGNED_AT):
-                want.pop(c.ANNOTATION_ASSIGNED_AT)  # same plan already written: keep its time
-            return pl.placement_ops(current, annotations_={**extra, **want}, labels_=labels)
+            if all(ann.get(k) == v for k, v in want.items() if k not in _TIMES):
+                for k in _TIMES:  # same plan already written: keep its times
+                    want.pop(k, None)
+            # an end an earlier plan wrote goes when this one knows none
+            drop = (c.ANNOTATION_EXPECTED_END,) if expected.remaining_s is None else ()
+            return pl.placement_ops(current, annotations_={**extra, **want}, labels_=labels,
+                                    drop=drop)
 
         return make
 

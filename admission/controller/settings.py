@@ -77,6 +77,9 @@ class Settings:
     bind_grace_seconds: float = 30.0
     # How often the leader saves its records (records.py); policy batch.recordsSaveSeconds.
     records_save_seconds: float = 60.0
+    # The longest berth.dev/expected-runtime read (policy admission.maxExpectedRuntimeSeconds,
+    # which the webhook held each pod to at CREATE): a policy lowered since caps older pods'.
+    max_expected_runtime_seconds: float = 7 * 86_400.0
 
     def tenant(self, name: str) -> Tenant | None:
         for t in self.tenants:
@@ -123,4 +126,5 @@ def from_policy(policy: Policy) -> Settings:
         backend=policy.release.backend,
         queues=queues,
         release_writers=release_writers(),
+        max_expected_runtime_seconds=float(policy.admission.max_expected_runtime_seconds),
     )

@@ -34,7 +34,7 @@ from typing import Any
 
 from admission import constants as c
 from admission.backends import backend_named
-from admission.controller import demand, trust
+from admission.controller import demand, runtimes, trust
 from admission.controller import translate as tr
 from admission.controller.dra import WAITING, DraState
 from admission.controller.inventory import View
@@ -87,6 +87,9 @@ class GangInfo:
     refusal: Refusal | None = None  # broken, though readable: why Berth will not release it
     declared: list[int | None] = field(default_factory=list)  # gang size each pod declares
     gang: Gang | None = None  # the solver's view (pending)
+    # admitted: when each pod (by namespace/name) is expected to end once released, shown on
+    # it by the release (runtimes.release_annotations; Built.expect fills it)
+    expected: dict[str, runtimes.Expected] = field(default_factory=dict)
 
     @property
     def pods(self) -> list[Obj]:
@@ -154,6 +157,17 @@ class Built:
     nodes: dict[str, Node]
     node_errors: dict[str, str]
     dra: DraState = field(default_factory=DraState)
+    # where each running pod's known expected end comes from, by its name (explain.py)
+    end_sources: dict[str, runtimes.Source] = field(default_factory=dict)
+    jobs: Mapping[str, Obj] = field(default_factory=dict)  # the view's Jobs (runtimes.py)
+
+    def expect(self, info: GangInfo, settings: Settings, now: datetime) -> GangInfo:
+        """``info`` with when each of its pods is expected to end once released, for the
+        release to show (only the gangs a plan admits: not every pending pod each window)."""
+        info.expected = {tr.pod_key(p): runtimes.expected_end(
+            p, runtimes.owner_job(p, self.jobs), settings.backend, now,
+            estimate_cap=settings.max_expected_runtime_seconds) for p in info.gated}
+        return info
 
     def by_state(self, state: GangState) -> list[GangInfo]:
         return [g for g in self.gangs.values() if g.state == state]
@@ -287,8 +301,9 @@ def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo,
     tenant = settings.tenant(info.tenant)
     if settings.tenants and tenant is None:
         raise TranslationError(f"tenant {info.tenant!r} is not in the policy")
-    deadlines = [tr.active_deadline_s(p) for p in pods]
-    runtime = None if None in deadlines else max(d for d in deadlines if d is not None)
+    # Backfill eligibility: only bounds the tenant cannot stretch, on every pod (runtimes.py)
+    bounds = [runtimes.backfill_bound(p, settings.backend).remaining_s for p in pods]
+    runtime = None if None in bounds else max(b for b in bounds if b is not None)
     return Gang(name=info.key, tenant=info.tenant, pods=tuple(requests),
                 priority=max(trust.priority_of(p, settings, info.tenant) for p in pods),
                 wait_seconds=min(MAX_WAIT_SECONDS, max(0.0, wait)), topology=topo,
@@ -297,10 +312,13 @@ def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo,
 
 def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
             settings: Settings, dra: DraState | None = None,
-            now: datetime | None = None) -> list[Running]:
+            now: datetime | None = None,
+            sources: dict[str, runtimes.Source] | None = None) -> list[Running]:
     """Everything that holds capacity now or is about to (the module docstring says what and
-    how it is counted; :mod:`.dra` for GPUs held through ResourceClaims). Given ``now``, a pod
-    with a deadline (``activeDeadlineSeconds``) says when it ends at the latest."""
+    how it is counted; :mod:`.dra` for GPUs held through ResourceClaims). Given ``now``, each
+    pod says when it is expected to end (:func:`.runtimes.expected_end`: its earliest bound,
+    its own deadline, its Job's or Kueue's, else its declared estimate), and ``sources`` is
+    told where each known end comes from."""
     out: list[Running] = []
     dra = dra or DraState()
     counted: set[str] = set()  # claims whose devices a pod already holds
@@ -341,8 +359,15 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
             continue
         for s in r.gpus:
             taken[node.name][s.index] += s.milli
-        if now is not None and (left := tr.remaining_s(pod, now)) is not None:
-            r = replace(r, remaining_s=left)
+        if now is not None:
+            job = runtimes.owner_job(pod, view.jobs)
+            expected = runtimes.expected_end(
+                pod, job, settings.backend, now,
+                estimate_cap=settings.max_expected_runtime_seconds)
+            if expected.remaining_s is not None:
+                r = replace(r, remaining_s=expected.remaining_s)
+                if sources is not None:
+                    sources[r.name] = expected.source
         if now is not None and leaving(pod):
             r = replace(r, remaining_s=0.0)  # going: reclaim counts what it holds as freed
         if (now is not None and tenant is not None and planned is not None
@@ -414,23 +439,25 @@ def build(view: View, settings: Settings, now: datetime, memo: Memo | None = Non
     dra = DraState.from_view(view)
     nodes, node_errors = build_nodes(view, settings, memo, dra)
     gangs = group_gangs(view, settings)
+    sources: dict[str, runtimes.Source] = {}
     for info in gangs.values():
         classify(info, settings, dra)
     if only is not None:
         finishing_all = [g for g in gangs.values() if g.state == GangState.FINISHING]
         gangs = {k: g for k, g in gangs.items() if only(g)}
-        running = holding(view, nodes, finishing_all, settings, dra, now)
+        running = holding(view, nodes, finishing_all, settings, dra, now, sources)
         return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, dra,
-                             sweep=False)
+                             view.jobs, sources, sweep=False)
     finishing = [g for g in gangs.values() if g.state == GangState.FINISHING]
-    running = holding(view, nodes, finishing, settings, dra, now)
+    running = holding(view, nodes, finishing, settings, dra, now, sources)
     return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, dra,
-                         sweep=True)
+                         view.jobs, sources, sweep=True)
 
 
 def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
                   node_errors: dict[str, str], running: list[Running], now: datetime,
-                  settings: Settings, memo: Memo, dra: DraState, *, sweep: bool) -> Built:
+                  settings: Settings, memo: Memo, dra: DraState, jobs: Mapping[str, Obj],
+                  sources: dict[str, runtimes.Source], *, sweep: bool) -> Built:
     solvable: list[Gang] = []
     for info in sorted(gangs.values(), key=lambda g: g.key):
         if info.state != GangState.PENDING:
@@ -445,4 +472,5 @@ def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
     snapshot = Snapshot(nodes=tuple(nodes.values()), gangs=tuple(solvable),
                         running=tuple(running), tenants=settings.tenants,
                         policy=settings.solver_policy)
-    return Built(snapshot=snapshot, gangs=gangs, nodes=nodes, node_errors=node_errors, dra=dra)
+    return Built(snapshot=snapshot, gangs=gangs, nodes=nodes, node_errors=node_errors, dra=dra,
+                 end_sources=sources, jobs=jobs)

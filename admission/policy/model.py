@@ -38,6 +38,8 @@ MAX_MS: Final = 86_400_000  # a day, in milliseconds
 MAX_SECONDS: Final = 7 * 86_400  # a week
 PRIORITY_LIMIT: Final = 1_000_000  # no priority bound may exceed this
 DEFAULT_MAX_PRIORITY: Final = 100
+MAX_EXPECTED_RUNTIME: Final = 365 * 86_400  # the largest admission.maxExpectedRuntimeSeconds
+DEFAULT_MAX_EXPECTED_RUNTIME: Final = 7 * 86_400
 
 Gpus = Annotated[float, Field(ge=0, le=MAX_GPUS, allow_inf_nan=False)]
 MiB = Annotated[int, Field(ge=1, le=MAX_MEMORY_MIB, alias="memoryMiB")]
@@ -318,6 +320,11 @@ class Admission(_Model):
     # tenant without its own limits.maxPriority. Priority weighs a gang against every other
     # tenant's waiting work, so it is bounded like any other value a user may set.
     max_priority: PriorityBound = DEFAULT_MAX_PRIORITY
+    # Longest berth.dev/expected-runtime a pod may declare. An estimate only plans when a
+    # running pod's capacity frees (never backfill), yet a tenant writes it: bounded like any
+    # value a user may set.
+    max_expected_runtime_seconds: Annotated[int, Field(ge=60, le=MAX_EXPECTED_RUNTIME)] = \
+        DEFAULT_MAX_EXPECTED_RUNTIME
 
 
 class Policy(_Model):

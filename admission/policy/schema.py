@@ -214,6 +214,10 @@ FIELD_DOCS: dict[str, str] = {
     "is its negative), for every tenant without its own `limits.maxPriority`. Priority weighs "
     "a gang against every other tenant's waiting work, so it is bounded like any value a "
     "user may set.",
+    "Admission.maxExpectedRuntimeSeconds": "Longest `berth.dev/expected-runtime` a pod may "
+    "declare (60 s to a year; default a week); a longer or malformed one is refused at "
+    "CREATE. The declared run time is an estimate: it only plans when a running pod's "
+    "capacity frees, never lets a gang backfill (docs/reservations.md).",
     "Admission.requireGangSize": "Refuse gang pods whose size the pod itself does not "
     "state (Volcano, KAI and owner gangs).",
 }

@@ -30,6 +30,7 @@ from typing import Any
 
 from admission import constants as c
 from admission.backends import Backend, backend_named
+from admission.durations import DURATION_FORM, parse_duration, shown_duration
 from admission.jsonpatch import PatchOp, pointer
 from admission.policy import Policy, Tenant
 from admission.sharing import Reading, SharingAdapter, SharingError, Translation, adapter_for
@@ -396,6 +397,8 @@ def _admit(
         _check_priority(annotations, rules, problems)
     else:
         clamped = _class_priority(spec, rules, warnings)
+    if c.ANNOTATION_EXPECTED_RUNTIME in annotations:
+        _check_expected_runtime(annotations, ctx, problems)
     if problems or translation is None or gang is None:
         return _deny(uid, problems)
 
@@ -714,6 +717,24 @@ def _check_priority(annotations: Mapping[str, str], rules: TenantRules,
         f"metadata.annotations[{c.ANNOTATION_PRIORITY}]",
         f"must be a whole number from -{bound} to {bound}, the priority bound of tenant "
         f"{rules.name!r} (policy {rules.priority_source}); got {shown(raw)}", "bad-priority"))
+
+
+def _check_expected_runtime(annotations: Mapping[str, str], ctx: ReviewContext,
+                            problems: list[PodProblem]) -> None:
+    """A declared run time is an estimate (it plans when capacity frees, never backfill), but
+    a tenant writes it: a malformed one or one over the policy's bound is refused."""
+    raw = annotations[c.ANNOTATION_EXPECTED_RUNTIME]
+    bound = ctx.policy.admission.max_expected_runtime_seconds
+    seconds = parse_duration(raw)
+    if seconds is not None and seconds <= bound:
+        return
+    what = (f"{shown(raw)} is longer than the policy's admission.maxExpectedRuntimeSeconds "
+            f"({shown_duration(bound)})" if seconds is not None
+            else f"{shown(raw)} is not a duration")
+    problems.append(PodProblem(
+        f"metadata.annotations[{c.ANNOTATION_EXPECTED_RUNTIME}]",
+        f"{what}; write {DURATION_FORM}, at most {shown_duration(bound)}, or remove it",
+        "bad-expected-runtime"))
 
 
 def _class_priority(spec: Mapping[str, Any], rules: TenantRules,

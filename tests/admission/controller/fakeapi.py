@@ -80,6 +80,7 @@ class FakeApi:
         self.config_maps: dict[str, Json] = {}
         self.custom: dict[tuple[str, str, str], Json] = {}
         self.dra: dict[str, dict[str, Json]] = {}  # DRA kind -> namespace/name -> object
+        self.jobs: dict[str, Json] = {}  # namespace/name -> batch/v1 Job
         self.patches: list[tuple[str, Sequence[PatchOp]]] = []
         self._rv = itertools.count(1000)
         self.fail_after: int | None = None  # the n-th next pod patch crashes
@@ -91,13 +92,17 @@ class FakeApi:
         obj["metadata"]["resourceVersion"] = str(next(self._rv))
         return obj
 
-    def add_pod(self, pod: Json) -> Json:
-        pod = copy.deepcopy(pod)
-        m = pod["metadata"]
+    def _store(self, store: dict[str, Json], obj: Json, uid_prefix: str) -> Json:
+        """A namespaced object as the API server stores it: a copy, defaulted and versioned."""
+        obj = copy.deepcopy(obj)
+        m = obj["metadata"]
         m.setdefault("namespace", "default")
-        m.setdefault("uid", f"uid-{m['namespace']}-{m['name']}")
-        self.pods[f"{m['namespace']}/{m['name']}"] = self._bump(pod)
-        return copy.deepcopy(pod)
+        m.setdefault("uid", f"{uid_prefix}{m['namespace']}-{m['name']}")
+        store[f"{m['namespace']}/{m['name']}"] = self._bump(obj)
+        return copy.deepcopy(obj)
+
+    def add_pod(self, pod: Json) -> Json:
+        return self._store(self.pods, pod, "uid-")
 
     def add_node(self, node: Json) -> Json:
         node = copy.deepcopy(node)
@@ -124,6 +129,18 @@ class FakeApi:
 
     def watch_nodes(self, resource_version: str,
                     timeout_seconds: int) -> Iterator[tuple[str, Json]]:
+        return iter(())
+
+    def add_job(self, job: Json) -> Json:
+        """A Job as the API server stores it (also how a test changes one: any field of a
+        Job's spec but its template is accepted, as the API server does for the deadline)."""
+        return self._store(self.jobs, job, "uid-job-")
+
+    def list_jobs(self) -> tuple[list[Json], str]:
+        return [copy.deepcopy(j) for j in self.jobs.values()], str(next(self._rv))
+
+    def watch_jobs(self, resource_version: str,
+                   timeout_seconds: int) -> Iterator[tuple[str, Json]]:
         return iter(())
 
     def list_dra(self, kind: str) -> tuple[list[Json], str]:

@@ -46,7 +46,8 @@ def _policy(source: Any) -> Any:
 # test: every other key under berth.dev/ is Berth's.
 USER_WRITTEN = frozenset({c.ANNOTATION_GANG, c.ANNOTATION_GANG_SIZE, c.ANNOTATION_FRACTION,
                           c.ANNOTATION_GPU_MEMORY, c.ANNOTATION_GPU_MODELS,
-                          c.ANNOTATION_QOS_CLASS, c.ANNOTATION_TOPOLOGY, c.ANNOTATION_PRIORITY})
+                          c.ANNOTATION_QOS_CLASS, c.ANNOTATION_TOPOLOGY, c.ANNOTATION_PRIORITY,
+                          c.ANNOTATION_EXPECTED_RUNTIME})
 
 
 def owned_label(key: str) -> bool:
@@ -64,7 +65,7 @@ OWNED_ANNOTATION_KEYS = [
     c.ANNOTATION_GPU_COUNT, c.ANNOTATION_GPU_MILLI, c.ANNOTATION_GPU_MEMORY_MIB,
     c.ANNOTATION_ALLOWED_MODELS, c.ANNOTATION_SHARING, c.ANNOTATION_QUEUE,
     c.ANNOTATION_POLICY_GENERATION, *c.ASSIGNMENT_ANNOTATIONS, "berth.dev/gang-timed-out",
-    "berth.dev/gpu-fractoin",
+    "berth.dev/gpu-fractoin", c.ANNOTATION_EXPECTED_END, c.ANNOTATION_RUNTIME_SOURCE,
 ]
 USER_KEYS = [*sorted(USER_WRITTEN), c.KAI_FRACTION, c.KAI_MEMORY, c.KAI_POD_GROUP,
              c.KUEUE_POD_GROUP_COUNT, c.KAI_FRACTION_DEVICES, c.KAI_FRACTION_CONTAINER,

@@ -25,6 +25,8 @@ OWNED_ANNOTATIONS = {
     c.ANNOTATION_ASSIGNED_GPUS: "0,1", c.ANNOTATION_ASSIGNED_GPU_MILLI: "1000,1000",
     c.ANNOTATION_ASSIGNED_AT: "2026-01-01T00:00:00Z", c.ANNOTATION_PLAN: "p-1",
     "berth.dev/gang-timed-out": "no",
+    # what the release shows of a pod's run time: a pod may not bring its own
+    c.ANNOTATION_EXPECTED_END: "2026-01-01T00:00:00Z", c.ANNOTATION_RUNTIME_SOURCE: "pod-deadline",
 }
 
 
