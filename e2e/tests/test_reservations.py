@@ -1,7 +1,8 @@
 """Reservations on the real control plane (docs/reservations.md): a gang that cannot fit is
 told when it should start, from the deadline of the pod it waits for, and the capacity it will
 need is held: a pod with no deadline waits behind it, one whose deadline ends before the
-reserved start backfills.
+reserved start backfills. A Job's own deadline shows on its released pods as their expected
+end, but never lets them backfill (a Job's deadline may be raised afterwards).
 
 The test has an A100 node of its own (8 GPUs; the shared fleet is H100 and the policy allows
 only A100), and a policy that reserves for a gang as soon as it cannot fit.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -95,4 +97,69 @@ def test_a_gang_that_cannot_fit_is_reserved_and_only_a_short_pod_backfills(
                    timeout=60, what="the short pod to backfill")
         time.sleep(6)  # four more windows
         assert _gated(core.read_namespaced_pod("no-deadline", ns))
+        assert _gated(core.read_namespaced_pod("big", ns))
+
+
+def _job(name: str, gpus: int, deadline: int) -> dict[str, Any]:
+    """A Job whose deadline is on the Job only (as `kubectl create job` and most ML launchers
+    write it): its pods carry none of their own."""
+    template = pod_manifest(name, gpus=gpus)
+    template["spec"]["restartPolicy"] = "Never"
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"activeDeadlineSeconds": deadline, "backoffLimit": 0,
+                     "template": {"metadata": {"labels": {}}, "spec": template["spec"]}}}
+
+
+def _job_pod(core: Any, ns: str, job: str) -> Any:
+    pods = core.list_namespaced_pod(ns, label_selector=f"job-name={job}").items
+    return pods[0] if pods else None
+
+
+def test_a_jobs_deadline_shows_on_its_released_pod_and_never_lets_it_backfill(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], tmp_path: Path, a100_node: str,
+) -> None:
+    # kwok's built-in stages complete a Job's pod as soon as it runs, so the Job's deadline
+    # cannot hold a reservation here (tests/admission/controller/test_runtimes.py plans one);
+    # what is checked on the real API server: the Job watch under config/base's rights, the
+    # expected end the release writes, and that a Job's deadline does not backfill
+    from kubernetes import client
+
+    ns = tenant_namespaces["team-a"]
+    core, batch = cluster.core, client.BatchV1Api(cluster.core.api_client)
+    with berth_webhook(cluster, tmp_path / "berth", tenant_namespaces, serve=True,
+                       edit_policy=_policy) as hook:
+        batch.create_namespaced_job(ns, _job("timed", 1, 3600))
+        try:
+            timed = eventually(lambda: _job_pod(core, ns, "timed"),
+                               lambda p: p is not None and not _gated(p),
+                               timeout=60, what="the timed Job's pod to be released")
+        except AssertionError as exc:
+            log = "\n".join(hook.log.read_text(errors="replace").splitlines()[-30:])
+            raise AssertionError(f"{exc}\n--- berth serve log:\n{log}") from None
+        ann = timed.metadata.annotations or {}
+        assert ann.get(c.ANNOTATION_RUNTIME_SOURCE) == "job-deadline", ann
+        end = datetime.fromisoformat(ann[c.ANNOTATION_EXPECTED_END].replace("Z", "+00:00"))
+        assert 3000 < (end - datetime.now(UTC)).total_seconds() <= 3600, ann
+        eventually(lambda: core.read_namespaced_pod(timed.metadata.name, ns),
+                   lambda p: p.status.phase == "Succeeded", timeout=60,
+                   what="kwok to complete the timed Job's pod")
+        # half the node for at most an hour, and a gang that needs all of it: reserved
+        core.create_namespaced_pod(ns, _pod("holder", 4, 3600))
+        eventually(lambda: core.read_namespaced_pod("holder", ns),
+                   lambda p: p.status.phase == "Running", timeout=90, what="holder to run")
+        core.create_namespaced_pod(ns, _pod("big", 8, None))
+        eventually(lambda: core.read_namespaced_pod("big", ns),
+                   lambda p: _waiting(p) is not None and _waiting(p).reason == "Reserved",
+                   timeout=60, what="big to be told of its reservation")
+        # a Job's deadline can be raised after the fact, so its pod never backfills on it; a
+        # pod's own deadline cannot, so that pod does
+        batch.create_namespaced_job(ns, _job("short-job", 1, 600))
+        core.create_namespaced_pod(ns, _pod("short", 1, 600))
+        eventually(lambda: core.read_namespaced_pod("short", ns), lambda p: not _gated(p),
+                   timeout=60, what="the short pod to backfill")
+        short_job = eventually(lambda: _job_pod(core, ns, "short-job"),
+                               lambda p: p is not None, timeout=30,
+                               what="the short Job's pod to be created")
+        time.sleep(6)  # four more windows
+        assert _gated(core.read_namespaced_pod(short_job.metadata.name, ns))
         assert _gated(core.read_namespaced_pod("big", ns))
