@@ -48,6 +48,7 @@ class MemoryApi:
     def __init__(self) -> None:
         self.pods: dict[str, Json] = {}
         self.nodes: dict[str, Json] = {}
+        self.objects: dict[tuple[str, str, str], Json] = {}
         self.writes = 0
         self.rv = 10_000
 
@@ -57,10 +58,16 @@ class MemoryApi:
     def list_nodes(self) -> tuple[list[Json], str]:
         return list(self.nodes.values()), str(self.rv)
 
+    def list_jobs(self) -> tuple[list[Json], str]:
+        return [], str(self.rv)  # no Jobs: no pod has a Job's deadline
+
+    def list_dra(self, kind: str) -> tuple[list[Json], str]:
+        return [], str(self.rv)  # no DRA objects: device-plugin GPUs only
+
     def watch_pods(self, *a: Any) -> Any:
         return iter(())
 
-    watch_nodes = watch_pods
+    watch_nodes = watch_jobs = watch_dra = watch_pods
 
     def get_pod(self, namespace: str, name: str) -> Json | None:
         return self.pods.get(f"{namespace}/{name}")
@@ -82,6 +89,38 @@ class MemoryApi:
 
     def create_event(self, namespace: str, event: Json) -> None:
         self.writes += 1
+
+    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> None:
+        if not dry_run:
+            self.writes += 1
+            self.pods.pop(f"{namespace}/{name}", None)
+
+    # leases and config maps (leader election, the leader's records): kept, not validated
+    def get_lease(self, namespace: str, name: str) -> Json | None:
+        return self.objects.get(("lease", namespace, name))
+
+    def create_lease(self, namespace: str, lease: Json) -> Json:
+        return self._put("lease", namespace, lease["metadata"]["name"], lease)
+
+    def replace_lease(self, namespace: str, name: str, lease: Json) -> Json:
+        return self._put("lease", namespace, name, lease)
+
+    def get_config_map(self, namespace: str, name: str) -> Json | None:
+        return self.objects.get(("configmap", namespace, name))
+
+    def create_config_map(self, namespace: str, body: Json) -> Json:
+        return self._put("configmap", namespace, body["metadata"]["name"], body)
+
+    def replace_config_map(self, namespace: str, name: str, body: Json) -> Json:
+        return self._put("configmap", namespace, name, body)
+
+    def _put(self, kind: str, namespace: str, name: str, body: Json) -> Json:
+        self.writes += 1
+        self.rv += 1
+        stored = copy.deepcopy(body)
+        stored.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
+        self.objects[(kind, namespace, name)] = stored
+        return stored
 
     def apply_custom(self, *a: Any) -> Json:
         return {}
