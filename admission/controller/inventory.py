@@ -148,7 +148,7 @@ class Inventory:
     def apply_dra(self, kind: str, event: str, obj: Obj) -> bool:
         """A watch event of a ResourceSlice, ResourceClaim or ResourceClaimTemplate."""
         obj = slim(obj)
-        key = dra_key(obj)
+        key = object_key(obj)
         with self._lock:
             objects = self._dra.setdefault(kind, {})
             if event == "DELETED":
@@ -164,7 +164,7 @@ class Inventory:
             return True
 
     def replace_dra(self, kind: str, objects: Sequence[Obj]) -> None:
-        fresh = {dra_key(o): slim(o) for o in objects}
+        fresh = {object_key(o): slim(o) for o in objects}
         with self._lock:
             self._dra[kind] = fresh
             self._version += 1
@@ -175,7 +175,7 @@ class Inventory:
     # templates). A watch rather than a GET per pod: the cycle never waits on the API server,
     # and a Job's deadline changes (it may be raised or removed) reach the next window.
     def apply_job(self, event: str, job: Obj) -> bool:
-        key = dra_key(job)
+        key = object_key(job)
         summary = None if event == "DELETED" else job_summary(job)
         with self._lock:
             old = self._jobs.get(key)
@@ -195,7 +195,7 @@ class Inventory:
             return True
 
     def replace_jobs(self, jobs: Sequence[Obj]) -> None:
-        fresh = {dra_key(j): s for j in jobs if (s := job_summary(j)) is not None}
+        fresh = {object_key(j): s for j in jobs if (s := job_summary(j)) is not None}
         with self._lock:
             self._jobs = fresh
             self._version += 1
@@ -219,7 +219,8 @@ class Inventory:
             return {"nodes": len(self._nodes), "pods": len(self._pods), "jobs": len(self._jobs)}
 
 
-def dra_key(obj: Obj) -> str:
+def object_key(obj: Obj) -> str:
+    """``namespace/name`` (``/name`` when cluster-scoped): how DRA objects and Jobs are kept."""
     m = meta(obj)
     return f"{m.get('namespace') or ''}/{m.get('name') or ''}"
 

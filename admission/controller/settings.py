@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from admission.backends import BackendName
 from admission.policy import Policy, Sharing, to_solver
+from admission.policy.model import DEFAULT_MAX_EXPECTED_RUNTIME
 from solver.names import SolverName
 from solver.types import SolverPolicy, Tenant
 
@@ -79,7 +80,7 @@ class Settings:
     records_save_seconds: float = 60.0
     # The longest berth.dev/expected-runtime read (policy admission.maxExpectedRuntimeSeconds,
     # which the webhook held each pod to at CREATE): a policy lowered since caps older pods'.
-    max_expected_runtime_seconds: float = 7 * 86_400.0
+    max_expected_runtime_seconds: float = float(DEFAULT_MAX_EXPECTED_RUNTIME)
 
     def tenant(self, name: str) -> Tenant | None:
         for t in self.tenants:

@@ -211,47 +211,50 @@ class FakeApi:
         self.events.append(copy.deepcopy(event))
 
     def get_lease(self, namespace: str, name: str) -> Json | None:
-        lease = self.leases.get(f"{namespace}/{name}")
-        return copy.deepcopy(lease) if lease else None
+        return self._get(self.leases, namespace, name)
 
     def create_lease(self, namespace: str, lease: Json) -> Json:
-        key = f"{namespace}/{lease['metadata']['name']}"
-        if key in self.leases:
-            raise Conflict(409, "already exists")
-        self.leases[key] = self._bump(copy.deepcopy(lease))
-        return copy.deepcopy(self.leases[key])
+        return self._create(self.leases, namespace, lease)
 
     def replace_lease(self, namespace: str, name: str, lease: Json) -> Json:
-        key = f"{namespace}/{name}"
-        current = self.leases.get(key)
-        if current is None:
-            raise NotFound(404, "lease not found")
-        if lease["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-            raise Conflict(409, "the object has been modified")
-        self.leases[key] = self._bump(copy.deepcopy(lease))
-        return copy.deepcopy(self.leases[key])
+        # a lease's update always carries the version it read
+        return self._replace(self.leases, namespace, name, lease, "lease",
+                             version_optional=False)
 
     def get_config_map(self, namespace: str, name: str) -> Json | None:
-        cm = self.config_maps.get(f"{namespace}/{name}")
-        return copy.deepcopy(cm) if cm else None
+        return self._get(self.config_maps, namespace, name)
 
     def create_config_map(self, namespace: str, body: Json) -> Json:
-        key = f"{namespace}/{body['metadata']['name']}"
-        if key in self.config_maps:
-            raise Conflict(409, "already exists")
-        self.config_maps[key] = self._bump(copy.deepcopy(body))
-        return copy.deepcopy(self.config_maps[key])
+        return self._create(self.config_maps, namespace, body)
 
     def replace_config_map(self, namespace: str, name: str, body: Json) -> Json:
+        return self._replace(self.config_maps, namespace, name, body, "configmap",
+                             version_optional=True)
+
+    # the API server's get/create/replace of a namespaced object, kept by namespace/name
+    @staticmethod
+    def _get(store: dict[str, Json], namespace: str, name: str) -> Json | None:
+        obj = store.get(f"{namespace}/{name}")
+        return copy.deepcopy(obj) if obj else None
+
+    def _create(self, store: dict[str, Json], namespace: str, body: Json) -> Json:
+        key = f"{namespace}/{body['metadata']['name']}"
+        if key in store:
+            raise Conflict(409, "already exists")
+        store[key] = self._bump(copy.deepcopy(body))
+        return copy.deepcopy(store[key])
+
+    def _replace(self, store: dict[str, Json], namespace: str, name: str, body: Json,
+                 kind: str, *, version_optional: bool) -> Json:
         key = f"{namespace}/{name}"
-        current = self.config_maps.get(key)
+        current = store.get(key)
         if current is None:
-            raise NotFound(404, "configmap not found")
+            raise NotFound(404, f"{kind} not found")
         rv = body["metadata"].get("resourceVersion")
-        if rv is not None and rv != current["metadata"]["resourceVersion"]:
+        if not (rv is None and version_optional) and rv != current["metadata"]["resourceVersion"]:
             raise Conflict(409, "the object has been modified")
-        self.config_maps[key] = self._bump(copy.deepcopy(body))
-        return copy.deepcopy(self.config_maps[key])
+        store[key] = self._bump(copy.deepcopy(body))
+        return copy.deepcopy(store[key])
 
     def apply_custom(self, group: str, version: str, plural: str, namespace: str,
                      body: Json) -> Json:
