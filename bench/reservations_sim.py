@@ -22,8 +22,16 @@ Volcano and Berth: every tenant's quota is its weight's part of the cluster's GP
 remainder), borrowing without limit, reclaim on (Kueue's reclaimWithinCohort: Any; the policy's
 minimum run time before a reclaim, 300 s), with the rows ``QUOTA_ROWS``.
 
+``--estimates`` runs instead the rows ``ESTIMATE_ROWS``: users who declare expected run times
+(``berth.dev/expected-runtime``) and no deadline. As the controller reads them
+(admission/controller/runtimes.py), an estimate plans when running pods end (reservations) and
+lets nothing backfill; an overrun estimate reads as unknown. ``cpsat-estimates``: exact;
+``cpsat-estimates-noisy``: each the true run time times ``exp(z)``, ``z`` standard normal drawn
+from the seed and the gang (off by 2.7x either way at one standard deviation);
+``cpsat-estimates-short``: half the true run time (optimistic users: every estimate overruns).
+
     python3 bench/reservations_sim.py [--seeds 0,1,2,3,4] [--lists default,gpushare40,gpuspec20]
-                                      [--quotas]
+                                      [--quotas | --only-quotas | --estimates]
 """
 
 from __future__ import annotations
@@ -53,6 +61,8 @@ class Row:
     policy: str
     deadlines: bool
     records: bool = True  # fair sharing over time and the learned target workload
+    estimate: float | None = None  # declared run times: this many times the true one
+    sigma: float = 0.0  # and log-normal noise of this spread (TimedConfig.estimate_sigma)
 
 
 ROWS = (Row("cpsat", "cpsat", True), Row("cpsat-norecords", "cpsat", True, records=False),
@@ -62,6 +72,13 @@ ROWS = (Row("cpsat", "cpsat", True), Row("cpsat-norecords", "cpsat", True, recor
 #: The rows of the ``--quotas`` setup (bench_compare.py's quotas, borrowing and reclaim).
 QUOTA_ROWS = (Row("cpsat", "cpsat", True), Row("bestfit", "bestfit", False),
               Row("kueue", "kueue", False), Row("volcano", "volcano", False))
+#: The rows of ``--estimates``: declared run times (``berth.dev/expected-runtime``) instead of
+#: deadlines, exact and noisy, beside deadlines, nothing known, and best-fit.
+ESTIMATE_ROWS = (Row("cpsat", "cpsat", True),
+                 Row("cpsat-estimates", "cpsat", False, estimate=1.0),
+                 Row("cpsat-estimates-noisy", "cpsat", False, estimate=1.0, sigma=1.0),
+                 Row("cpsat-estimates-short", "cpsat", False, estimate=0.5),
+                 Row("cpsat-nodeadlines", "cpsat", False), Row("bestfit", "bestfit", False))
 
 
 def split_by_weight(total: int, weights: dict[str, float]) -> dict[str, int]:
@@ -113,7 +130,8 @@ def run(scenario: Scenario, seed: int, factor: float, limit: float,
     out = {}
     for row in rows:
         cfg = TimedConfig(policy=row.policy, seed=seed, time_limit_s=limit,
-                          deadline_factor=factor if row.deadlines else None, label=row.label)
+                          deadline_factor=factor if row.deadlines else None, label=row.label,
+                          estimate_factor=row.estimate, estimate_sigma=row.sigma)
         t0 = time.perf_counter()
         seen = scenario if row.records else without_records(scenario)
         out[row.label] = figures(simulate_timed(seen, cfg))
@@ -152,6 +170,19 @@ def table(title: str, runs: list[dict[str, dict[str, float]]],
             f"{med(lb, 'reclaimed'):.0f} |")
     labels = {row.label for row in rows}
     lines.append("")
+    if "cpsat-estimates" in labels:
+        best_p99, best_mean = med("bestfit", "p99"), med("bestfit", "mean")
+        lines += ["Against best-fit (p99 wait, mean wait, GPU allocated): " + "; ".join(
+            f"{row.label} {med(row.label, 'p99') / best_p99:.2f}x, "
+            f"{med(row.label, 'mean') / best_mean:.2f}x, "
+            f"{med(row.label, 'alloc') - med('bestfit', 'alloc'):+.1f}"
+            for row in rows if row.label != "bestfit") + "."]
+        if len(runs) > 1:
+            per = ", ".join(" / ".join(f"{r[row.label]['p99']:.0f}" for row in rows)
+                            for r in runs)
+            lines += ["", "p99 per seed (" + " / ".join(row.label for row in rows)
+                      + f"): {per}."]
+        return [*lines, ""]
     lines += [f"{against(runs, other)}" for other in ("kueue", "volcano") if other in labels]
     if "cpsat-nodeadlines" not in labels:
         if len(runs) > 1:
@@ -197,21 +228,30 @@ def main() -> int:
                          "reclaim (rows QUOTA_ROWS)")
     ap.add_argument("--only-quotas", action="store_true",
                     help="only the --quotas tables")
+    ap.add_argument("--estimates", action="store_true",
+                    help="only the engine with declared run times instead of deadlines "
+                         "(rows ESTIMATE_ROWS)")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s]
     out: list[str] = []
-    plain = not args.only_quotas
+    plain = not (args.only_quotas or args.estimates)
     quotas = args.quotas or args.only_quotas
-    runs, qruns = [], []
+    runs, qruns, eruns = [], [], []
     for seed in seeds:
         print(f"generated, seed {seed}", file=sys.stderr)
         if plain:
             runs.append(run(generate(seed=seed), seed, args.factor, args.time_limit))
+        if args.estimates:
+            eruns.append(run(generate(seed=seed), seed, args.factor, args.time_limit,
+                             ESTIMATE_ROWS))
         if quotas:
             qruns.append(run(with_quotas(generate(seed=seed)), seed, args.factor,
                              args.time_limit, QUOTA_ROWS))
     if runs:
         out += table(f"Embedded default (generated), medians over seeds {args.seeds}", runs)
+    if eruns:
+        out += table(f"Embedded default, declared run times, medians over seeds {args.seeds}",
+                     eruns, ESTIMATE_ROWS)
     if qruns:
         out += table(f"Embedded default with quotas, borrowing and reclaim, medians over seeds "
                      f"{args.seeds}", qruns, QUOTA_ROWS)
@@ -221,6 +261,10 @@ def main() -> int:
         title = f"openb_pod_list_{name}: 60 nodes, 1,500 pods, arrivals x{speedup:.0f}, seed 0"
         if plain:
             out += table(title, [run(scenario, 0, args.factor, args.time_limit)])
+        if args.estimates:
+            out += table(f"{title}, declared run times",
+                         [run(scenario, 0, args.factor, args.time_limit, ESTIMATE_ROWS)],
+                         ESTIMATE_ROWS)
         if quotas:
             out += table(f"{title}, with quotas, borrowing and reclaim",
                          [run(with_quotas(scenario), 0, args.factor, args.time_limit,

@@ -34,10 +34,14 @@ compared on equal terms.
 from __future__ import annotations
 
 import heapq
+import math
 import time
+import zlib
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from solver.checker import check
 from solver.fairshare import gang_models, gpu_pools, pooled_max_min
@@ -94,6 +98,13 @@ class TimedConfig:
     enforced bound, as ``activeDeadlineSeconds`` is: the solver sees it as the gang's
     ``runtime_s`` and running pods' ``remaining_s``; 1.0: exact, 2.0: users ask for twice what
     they use); None: no gang declares one, so nothing is known to end and nothing is reserved.
+    ``estimate_factor``: every gang's user declares an expected run time
+    (``berth.dev/expected-runtime``) of this many times its run time, each also scaled by
+    ``exp(estimate_sigma x z)`` with ``z`` a standard normal drawn from the seed and the gang's
+    name (0: no noise). An estimate, not a bound, as the controller reads it
+    (admission/controller/runtimes.py): it gives a running pod's expected end
+    (``remaining_s``; unknown, None, once overrun) where no deadline does, and never a gang's
+    ``runtime_s``, so it plans reservations but lets nothing backfill. None: no estimates.
     """
 
     policy: str = SolverName.CPSAT
@@ -105,8 +116,16 @@ class TimedConfig:
     until_s: float | None = None
     label: str | None = None
     deadline_factor: float | None = 1.0
+    estimate_factor: float | None = None
+    estimate_sigma: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.estimate_factor is not None and not 0.01 <= self.estimate_factor <= 1000.0:
+            raise ProblemError("estimate_factor", "must be from 0.01 to 1000 (times the run "
+                               f"time), got {self.estimate_factor}")
+        if not 0.0 <= self.estimate_sigma <= 3.0:
+            raise ProblemError("estimate_sigma", "must be from 0 (exact) to 3 (a log-normal "
+                               f"spread), got {self.estimate_sigma}")
         if self.deadline_factor is not None and not 1.0 <= self.deadline_factor <= 1000.0:
             raise ProblemError("deadline_factor", "must be from 1 to 1000 (a deadline below "
                                f"the run time would end the gang), got {self.deadline_factor}")
@@ -669,6 +688,7 @@ class _Replay:
     solve_seconds: float = 0.0
     fallbacks: int = 0
     deadline_end: dict[str, float] = field(default_factory=dict)  # running pod -> deadline
+    estimate_end: dict[str, float] = field(default_factory=dict)  # running pod -> estimated end
     reserved_at: dict[str, float] = field(default_factory=dict)  # gang -> first reserved start
     reserved_late: int = 0
     reserved_late_s: float = 0.0
@@ -723,8 +743,7 @@ class _Replay:
                     continue  # the end of a run that reclaim cut short
                 self.cluster.stop(ran)
                 self.departed.add(name)
-                for pod in self.placed[name].pods:
-                    self.deadline_end.pop(pod.name, None)
+                self.forget_ends(self.placed[name])
             else:
                 a = arrivals[self.next_arrival]
                 self.queues[a.gang.tenant].append(a)
@@ -751,8 +770,8 @@ class _Replay:
                                     priority=of_pod[r.name].timed.gang.priority,
                                     run_s=max(0.0, now - of_pod[r.name].start_s))
                             if r.name in of_pod else r for r in running)
-        if factor is not None:
-            running = tuple(replace(r, remaining_s=max(0.0, self.deadline_end[r.name] - now))
+        if factor is not None or self.estimate_end:
+            running = tuple(replace(r, remaining_s=self.remaining(r.name, now))
                             for r in running)
         return Snapshot(
             nodes=self.scenario.nodes,
@@ -761,6 +780,36 @@ class _Replay:
             tenants=self.scenario.tenants,
             policy=self.shown,
         )
+
+    def estimate(self, timed: TimedGang) -> float | None:
+        """The run time ``timed``'s user declares (``TimedConfig.estimate_factor``), the same
+        for the gang every time it starts; None: no estimates."""
+        factor = self.config.estimate_factor
+        if factor is None:
+            return None
+        sigma = self.config.estimate_sigma
+        z = 0.0
+        if sigma:
+            rng = np.random.default_rng([self.config.seed, zlib.crc32(timed.gang.name.encode())])
+            z = float(rng.standard_normal())
+        return factor * timed.duration_s * math.exp(sigma * z)
+
+    def remaining(self, pod: str, now: float) -> float | None:
+        """A running pod's expected end from ``now``, as the controller reads it: its
+        deadline (0 once past: it is being ended), else its estimate (None once overrun:
+        unknown, never 0, which would read as leaving), else unknown."""
+        deadline = self.deadline_end.get(pod)
+        if deadline is not None:
+            return max(0.0, deadline - now)
+        estimate = self.estimate_end.get(pod)
+        if estimate is not None and estimate > now:
+            return estimate - now
+        return None
+
+    def forget_ends(self, placed: _Placed) -> None:
+        for pod in placed.pods:
+            self.deadline_end.pop(pod.name, None)
+            self.estimate_end.pop(pod.name, None)
 
     def record(self, snapshot: Snapshot, *, now: float) -> Snapshot:
         """The controller's records (:class:`solver.records.Records`) applied to ``snapshot``,
@@ -793,8 +842,7 @@ class _Replay:
         for e in plan.evictions:
             p = self.placed.pop(e.gang)
             self.cluster.stop(p)
-            for pod in p.pods:
-                self.deadline_end.pop(pod.name, None)
+            self.forget_ends(p)
             self.reclaimed += 1
             self.reclaim_lost_gpu_s += (now - p.start_s) * p.timed.gang.gpu_demand_milli / MILLI
             queue = self.queues[p.timed.gang.tenant]
@@ -819,6 +867,10 @@ class _Replay:
             if factor is not None:
                 for pod in p.pods:
                     self.deadline_end[pod.name] = now + factor * timed.duration_s
+            estimate = self.estimate(timed)
+            if estimate is not None:
+                for pod in p.pods:
+                    self.estimate_end[pod.name] = now + estimate
             reserved = self.reserved_at.get(gp.gang)
             if reserved is not None and now > reserved + self.config.window_s:
                 self.reserved_late += 1  # a window's rounding is not late

@@ -17,6 +17,7 @@ from solver.simulate.timed import (
     SimulationError,
     TimedConfig,
     _take_pending,
+    default_solve,
     oblivious_policy,
     simulate_timed,
 )
@@ -393,3 +394,70 @@ def test_reclaim_evicts_a_borrowed_gang_which_goes_back_to_its_queue() -> None:
     assert on.planning[:2] == ((1000.0, 0, 0, 1), (1100.0, 0, 0, 0))  # woken by a1's end
     assert sum(p[3] for p in on.planning) == on.reclaimed
     assert off.planning == ()  # a1 waits in one window only, too briefly for a reservation
+
+
+# --------------------------------------------------------------------------------------------
+# Declared run times (estimates) against deadlines (bounds)
+# --------------------------------------------------------------------------------------------
+
+def _seen(config: TimedConfig) -> list[Snapshot]:
+    """The snapshots a best-fit replay of three one-GPU gangs on one GPU solves: g1 runs 0-100
+    s, g2 arrives at 1 s and g3 at 60 s (both wait for the GPU)."""
+    sc = Scenario(
+        nodes=(_node(),),
+        tenants=(Tenant("team-a"),),
+        arrivals=(TimedGang(_gang("g1"), 0.0, 100.0), TimedGang(_gang("g2"), 1.0, 100.0),
+                  TimedGang(_gang("g3"), 60.0, 100.0)),
+    )
+    seen: list[Snapshot] = []
+    inner = default_solve(replace(config, policy="bestfit"))
+
+    def recording(snapshot: Snapshot) -> Plan:
+        seen.append(snapshot)
+        return inner(snapshot)
+
+    simulate_timed(sc, replace(config, policy="bestfit"), solve=recording)
+    return seen
+
+
+def _remaining(seen: list[Snapshot]) -> list[float | None]:
+    return [s.running[0].remaining_s if s.running else None for s in seen[1:3]]
+
+
+def test_an_estimate_plans_expected_ends_reads_unknown_once_overrun_and_never_backfills() -> None:
+    seen = _seen(TimedConfig(deadline_factor=None, estimate_factor=0.5))
+    # at 5 s g1 is expected to end at 50 s; at 60 s it has overrun its estimate: unknown
+    assert _remaining(seen) == [pytest.approx(45.0), None]
+    # an estimate is never a gang's bound: nothing waiting may backfill on it
+    assert all(g.runtime_s is None for s in seen for g in s.gangs)
+
+
+def test_a_deadline_wins_over_an_estimate() -> None:
+    seen = _seen(TimedConfig(deadline_factor=1.0, estimate_factor=0.5))
+    assert _remaining(seen) == [pytest.approx(95.0), pytest.approx(40.0)]
+    assert all(g.runtime_s == 100.0 for s in seen for g in s.gangs)
+
+
+def test_no_estimates_and_no_deadlines_know_no_end() -> None:
+    assert _remaining(_seen(TimedConfig(deadline_factor=None))) == [None, None]
+
+
+def test_noisy_estimates_are_drawn_from_the_seed_and_the_gang() -> None:
+    noisy = TimedConfig(deadline_factor=None, estimate_factor=1.0, estimate_sigma=1.0, seed=4)
+    first, again = _remaining(_seen(noisy)), _remaining(_seen(noisy))
+    assert first == again
+    assert first[0] is not None and first[0] != pytest.approx(95.0)
+    other = _remaining(_seen(replace(noisy, seed=5)))
+    assert other[0] != first[0]
+
+
+@pytest.mark.parametrize(("field", "kwargs"), [
+    ("estimate_factor", {"estimate_factor": 0.0}),
+    ("estimate_factor", {"estimate_factor": 1e9}),
+    ("estimate_sigma", {"estimate_sigma": -0.1}),
+    ("estimate_sigma", {"estimate_sigma": 4.0}),
+])
+def test_bad_estimate_settings_are_refused_naming_the_field(field: str, kwargs: dict[str, float]
+                                                            ) -> None:
+    with pytest.raises(ProblemError, match=field):
+        TimedConfig(**kwargs)  # type: ignore[arg-type]
