@@ -132,10 +132,15 @@ class WorkloadRecord:
                     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= high:
                         raise ValueError(f"{at}[{i}]: {what} must be an integer in "
                                          f"[0, {high}], got {v!r:.40}")
+                if (gpus == 0) != (milli == 0):
+                    raise ValueError(f"{at}[{i}]: GPUs and milli per GPU must both be 0 (a "
+                                     f"CPU pod) or both above 0, got {gpus} and {milli}")
                 if not isinstance(models, list) or not all(
                         isinstance(m, str) and 0 < len(m) <= 253 for m in models):
                     raise ValueError(f"{at}[{i}]: models must be a list of model names")
-                shapes[(cpu, gpus, milli, frozenset(models))] = state_number(n, f"{at}[{i}]")
+                count = state_number(n, f"{at}[{i}]")
+                if count > 0:  # a shape counted 0 times weighs nothing
+                    shapes[(cpu, gpus, milli, frozenset(models))] = count
             if shapes:
                 rec._counts[tenant] = shapes
         rec._seen = None

@@ -199,3 +199,19 @@ def test_any_json_is_read_or_refused_never_a_crash(value: Any) -> None:
 def test_the_version_is_written() -> None:
     assert json.loads(Records().dumps()) == {"version": STATE_VERSION, "usage": None,
                                              "workload": None}
+
+
+def test_a_saved_shape_with_gpus_but_no_share_is_refused_and_a_zero_count_weighs_nothing(
+) -> None:
+    """Found by the mutation test above: a shape of 0 GPUs with a share (or GPUs with none)
+    was read and then crashed the next batch cycle's target workload."""
+    form = json.loads(history().dumps())
+    row = form["workload"]["counts"]["b"][1]
+    row[1] = 0  # GPUs 0, milli per GPU still 1000
+    with pytest.raises(ValueError, match=r"^records.*GPUs and milli per GPU must both be 0"):
+        Records.loads(json.dumps(form))
+    form = json.loads(history().dumps())
+    form["workload"]["counts"]["b"][1][4] = 0  # counted 0 times
+    rec = Records.loads(json.dumps(form))
+    out = rec.apply(snap(gang("x", "a"), gang("y", "b", gpus=2)), 3600.0)
+    assert out.policy.typical_pods and all(t.weight > 0 for t in out.policy.typical_pods)
