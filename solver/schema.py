@@ -310,7 +310,7 @@ POLICY_FIELDS = ("weights", "topology_levels", "qos_classes", "idle_watts", "act
                  "typical_pods", "reservations", "reclaim", "fair_sharing", "target_workload")
 FAIR_SHARING_FIELDS = ("half_life_s", "boost")
 TARGET_WORKLOAD_FIELDS = ("half_life_s",)
-RESERVATION_FIELDS = ("max_gangs", "after_s", "horizon_s")
+RESERVATION_FIELDS = ("max_gangs", "after_s", "horizon_s", "hold_ahead_s")
 RECLAIM_FIELDS = ("enabled", "min_run_s", "max_gangs")
 WEIGHT_FIELDS = ("demand", "aging_per_hour", "fragmentation", "topology", "fairness", "energy",
                  "interference", "stay")
@@ -665,7 +665,8 @@ def parse_policy(r: _Reader, value: object, path: str = "policy") -> SolverPolic
             reservations = r.build(rp, Reservations,
                                    r.integer(rd, "max_gangs", rp, default=1, hi=64),
                                    r.number(rd, "after_s", rp, default=300.0, lo=0.0),
-                                   r.number(rd, "horizon_s", rp, default=21600.0, lo=0.0)
+                                   r.number(rd, "horizon_s", rp, default=21600.0, lo=0.0),
+                                   r.number(rd, "hold_ahead_s", rp, default=600.0, lo=0.0)
                                    ) or reservations
     reclaim = Reclaim()
     if d.get("reclaim") is not None:
@@ -835,7 +836,8 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
             ],
             "reservations": {"max_gangs": pol.reservations.max_gangs,
                              "after_s": pol.reservations.after_s,
-                             "horizon_s": pol.reservations.horizon_s},
+                             "horizon_s": pol.reservations.horizon_s,
+                             "hold_ahead_s": pol.reservations.hold_ahead_s},
             "reclaim": {"enabled": pol.reclaim.enabled, "min_run_s": pol.reclaim.min_run_s,
                         "max_gangs": pol.reclaim.max_gangs},
             "fair_sharing": {"half_life_s": pol.fair_sharing.half_life_s,

@@ -466,16 +466,19 @@ class TypicalPod:
 class Reservations:
     """When a gang that cannot fit gets capacity reserved for its earliest start
     (solver/reserve.py): at most ``max_gangs`` per window (0: never), for gangs waiting at
-    least ``after_s``, starting at most ``horizon_s`` ahead."""
+    least ``after_s``, starting at most ``horizon_s`` ahead; what is free of it is held from
+    ``hold_ahead_s`` before that start (until then it is planned and shown, not held)."""
 
     max_gangs: int = 1
     after_s: float = 300.0
     horizon_s: float = 6 * 3600.0
+    hold_ahead_s: float = 600.0
 
     def __post_init__(self) -> None:
         _within(self.max_gangs, 0, 64, "policy.reservations.max_gangs")
         _amount(self.after_s, MAX_WAIT_SECONDS, "policy.reservations.after_s")
         _amount(self.horizon_s, MAX_WAIT_SECONDS, "policy.reservations.horizon_s")
+        _amount(self.hold_ahead_s, MAX_WAIT_SECONDS, "policy.reservations.hold_ahead_s")
 
 
 @dataclass(frozen=True, slots=True)

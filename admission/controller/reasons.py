@@ -116,11 +116,13 @@ REASONS: Final[tuple[Reason, ...]] = (
     Reason(
         "Reserved", True, "Normal", "explain.py",
         "The gang cannot fit now and has waited past `solver.reservations.afterSeconds`: "
-        "capacity is held for it at its earliest expected start, from the expected ends of "
-        "the pods running where it will go (their own or their Job's `activeDeadlineSeconds`, "
-        "Kueue's maximum execution time, else their `berth.dev/expected-runtime`; the message "
-        "names which); only gangs whose own enforced bound ends before that start may use "
-        "what is held (docs/reservations.md). Re-planned every window.",
+        "its earliest expected start is planned from the expected ends of the pods running "
+        "where it will go (their own or their Job's `activeDeadlineSeconds`, Kueue's maximum "
+        "execution time, else their `berth.dev/expected-runtime`; the message names which), "
+        "and what it will use is held from `solver.reservations.holdAheadSeconds` before that "
+        "start (the message says when a hold is still to come); only gangs whose own enforced "
+        "bound ends before that start may use what is held (docs/reservations.md). "
+        "Re-planned every window.",
         "waiting: reserved: expected to start in 540 s on gpu-node-3, gpu-node-4, when "
         "running pods there end (ends from: job-deadline, pod-deadline); 0 gangs ahead",
         "Nothing; it starts when those pods end (at the latest at their deadlines; an "

@@ -274,6 +274,8 @@ class Reservations(_Model):
     after_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)] = 300.0
     horizon_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS,
                                             allow_inf_nan=False)] = 21600.0
+    hold_ahead_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS,
+                                               allow_inf_nan=False)] = 600.0
 
 
 class Reclaim(_Model):

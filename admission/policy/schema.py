@@ -162,6 +162,10 @@ FIELD_DOCS: dict[str, str] = {
     "off.",
     "Reservations.afterSeconds": "A gang gets a reservation only after waiting this long.",
     "Reservations.horizonSeconds": "How far ahead a reserved start may lie.",
+    "Reservations.holdAheadSeconds": (
+        "Capacity is held for a reservation from this long before its planned start; until "
+        "then other gangs may still use it (bench/reservations_sim.md: holding earlier idles "
+        "GPUs that only gangs with a deadline could backfill)."),
     "SolverSettings.reclaim": "A tenant whose waiting gang fits within its own quota takes "
     "GPUs back from tenants running on borrowed quota: whole gangs evicted through the "
     "Eviction API (PDBs respected), lowest priority first, then least run time lost "

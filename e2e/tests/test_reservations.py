@@ -36,7 +36,9 @@ MODEL = "NVIDIA-A100-SXM4-80GB"
 def _policy(doc: dict[str, Any]) -> None:
     doc["batch"]["windowSeconds"] = 1.5
     doc["solver"]["timeLimitSeconds"] = 1
-    doc["solver"]["reservations"] = {"maxGangs": 1, "afterSeconds": 0}
+    # the holders here end in about an hour: hold from two hours ahead (the default, 600 s,
+    # would plan the reservation and hold nothing yet)
+    doc["solver"]["reservations"] = {"maxGangs": 1, "afterSeconds": 0, "holdAheadSeconds": 7200}
     for tenant in doc["tenants"]:
         tenant["allowedModels"] = [MODEL]
 

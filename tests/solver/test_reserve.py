@@ -100,6 +100,32 @@ def test_the_reserved_start_is_the_earliest_end_that_makes_room() -> None:
     assert plan_reservations(unknown) == ()
 
 
+def test_a_reservation_further_ahead_than_the_hold_lead_is_planned_but_holds_nothing() -> None:
+    small = [gang(f"small-{i}", 1, wait=10.0) for i in range(4)]
+    # starts in 3,600 s, held only from 600 s before (the default): the hole stays open
+    admitted, deferred = decide(cluster(gang("big", 8, wait=1000.0), *small, remaining=3600.0))
+    assert admitted == {f"small-{i}" for i in range(4)}
+    assert deferred["big"] == ("reserved: expected to start in 3600 s on n0, when running pods "
+                               "there end; held from 600 s before, open to other gangs until then")
+    (held,) = plan_reservations(cluster(gang("big", 8, wait=1000.0), remaining=3600.0))
+    assert held.reservation.start_in_s == 3600.0 and held.pods == ()
+    # held from an hour before: the small gangs wait; exactly at the lead it holds too
+    for lead in (3600.0, 7200.0):
+        admitted, _ = decide(cluster(gang("big", 8, wait=1000.0), *small, remaining=3600.0,
+                                     hold_ahead_s=lead))
+        assert admitted == set(), lead
+
+
+def test_nothing_held_nothing_to_backfill() -> None:
+    # a reservation that holds nothing yet keeps nothing from a gang of no known end, and
+    # a gang with a bound is placed by the window's solve like any other
+    admitted, deferred = decide(cluster(
+        gang("big", 8, wait=1000.0), gang("bound", 2, wait=10.0, runtime=300.0),
+        gang("unknown", 2, wait=10.0), remaining=3600.0))
+    assert admitted == {"bound", "unknown"}
+    assert "reserved" in deferred["big"]
+
+
 def test_what_is_held_is_only_what_is_free_now() -> None:
     (held,) = plan_reservations(cluster(gang("big", 8, wait=1000.0)))
     (stand_in,) = held.pods
@@ -130,7 +156,8 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         for i in range(draw(st.integers(1, 6))))
     tenants = (Tenant("t", quota_milli=draw(st.integers(0, 16000))), Tenant("u"))
     policy = SolverPolicy(reservations=Reservations(
-        max_gangs=draw(st.integers(0, 2)), after_s=draw(st.floats(0, 3000))))
+        max_gangs=draw(st.integers(0, 2)), after_s=draw(st.floats(0, 3000)),
+        hold_ahead_s=draw(st.sampled_from([0.0, 600.0, 1e5]))))
     return Snapshot(nodes=nodes, gangs=gangs, running=tuple(run), tenants=tenants,
                     policy=policy)
 

@@ -98,16 +98,18 @@ def test_deadlines_and_reservations_are_read_and_bounded() -> None:
         "running": [{"name": "r", "node": "n", "gpus": [{"index": 0}], "remaining_s": 600}],
         "gangs": [{"name": "g", "tenant": "t", "runtime_s": 300,
                    "pods": [{"name": "p", "gpu_count": 2, "gpu_milli": 1000}]}],
-        "policy": {"reservations": {"max_gangs": 2, "after_s": 60}},
+        "policy": {"reservations": {"max_gangs": 2, "after_s": 60, "hold_ahead_s": 900}},
     }
     snap = parse_snapshot(doc)
     assert snap.running[0].remaining_s == 600 and snap.gangs[0].runtime_s == 300
-    assert (snap.policy.reservations.max_gangs, snap.policy.reservations.after_s) == (2, 60)
+    rsv = snap.policy.reservations
+    assert (rsv.max_gangs, rsv.after_s, rsv.hold_ahead_s) == (2, 60, 900)
     assert parse_snapshot(json.loads(json.dumps(snapshot_to_dict(snap)))) == snap
     doc["running"][0]["remaining_s"] = -1
     doc["gangs"][0]["runtime_s"] = "an hour"
-    doc["policy"] = {"reservations": {"max_gangs": 65, "horizon": 1}}
+    doc["policy"] = {"reservations": {"max_gangs": 65, "horizon": 1, "hold_ahead_s": -5}}
     errors = _errors(doc)
+    assert any(e.startswith("policy.reservations.hold_ahead_s: must be") for e in errors), errors
     assert any(e.startswith("running[0].remaining_s: must be") for e in errors), errors
     assert any(e.startswith("gangs[0].runtime_s: must be a number") for e in errors), errors
     assert any(e.startswith("policy.reservations.max_gangs: must be") for e in errors), errors

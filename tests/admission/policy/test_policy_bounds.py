@@ -34,6 +34,8 @@ NUMBERS = [
     ("solver.weights.fairness", BASE + "solver: {weights: {fairness: X}}"),
     ("solver.timeLimitSeconds", BASE + "solver: {timeLimitSeconds: X}"),
     ("solver.fairSharing.halfLifeSeconds", BASE + "solver: {fairSharing: {halfLifeSeconds: X}}"),
+    ("solver.reservations.holdAheadSeconds",
+     BASE + "solver: {reservations: {holdAheadSeconds: X}}"),
     ("solver.fairSharing.boost", BASE + "solver: {fairSharing: {boost: X}}"),
     ("solver.targetWorkload.halfLifeSeconds",
      BASE + "solver: {targetWorkload: {halfLifeSeconds: X}}"),
@@ -165,3 +167,14 @@ def test_fair_sharing_reaches_the_solver_and_refuses_a_negative_half_life() -> N
         BASE + "solver: {fairSharing: {halfLifeSeconds: -60}}\n")
     assert "solver.fairSharing.halfLife" in _issues(
         BASE + "solver: {fairSharing: {halfLife: 60}}\n")
+
+
+def test_the_reservation_hold_lead_reaches_the_solver() -> None:
+    from admission.policy.solver_view import to_solver
+
+    policy, issues = check_text(BASE + "solver: {reservations: {holdAheadSeconds: 1800}}\n")
+    assert policy is not None, issues
+    assert to_solver(policy)[0].reservations.hold_ahead_s == 1800.0
+    policy, _ = check_text(BASE)
+    assert policy is not None
+    assert to_solver(policy)[0].reservations.hold_ahead_s == 600.0
