@@ -32,6 +32,7 @@ from the seed and the gang (off by 2.7x either way at one standard deviation);
 
     python3 bench/reservations_sim.py [--seeds 0,1,2,3,4] [--lists default,gpushare40,gpuspec20]
                                       [--quotas | --only-quotas | --estimates]
+                                      [--hold-ahead SECONDS]
 """
 
 from __future__ import annotations
@@ -102,6 +103,14 @@ def with_quotas(scenario: Scenario) -> Scenario:
                             borrow_limit_milli=None) for t in scenario.tenants)
     policy = replace(scenario.policy, reclaim=Reclaim(enabled=True))
     return replace(scenario, tenants=tenants, policy=policy)
+
+
+def with_hold_ahead(scenario: Scenario, seconds: float | None) -> Scenario:
+    """The scenario with ``policy.reservations.hold_ahead_s`` set (None: as it is)."""
+    if seconds is None:
+        return scenario
+    rsv = replace(scenario.policy.reservations, hold_ahead_s=seconds)
+    return replace(scenario, policy=replace(scenario.policy, reservations=rsv))
 
 
 def without_records(scenario: Scenario) -> Scenario:
@@ -228,6 +237,9 @@ def main() -> int:
                          "reclaim (rows QUOTA_ROWS)")
     ap.add_argument("--only-quotas", action="store_true",
                     help="only the --quotas tables")
+    ap.add_argument("--hold-ahead", type=float, default=None,
+                    help="solver.reservations.holdAheadSeconds for every run (default: the "
+                         "policy's, 600)")
     ap.add_argument("--estimates", action="store_true",
                     help="only the engine with declared run times instead of deadlines "
                          "(rows ESTIMATE_ROWS)")
@@ -239,14 +251,14 @@ def main() -> int:
     runs, qruns, eruns = [], [], []
     for seed in seeds:
         print(f"generated, seed {seed}", file=sys.stderr)
+        generated = with_hold_ahead(generate(seed=seed), args.hold_ahead)
         if plain:
-            runs.append(run(generate(seed=seed), seed, args.factor, args.time_limit))
+            runs.append(run(generated, seed, args.factor, args.time_limit))
         if args.estimates:
-            eruns.append(run(generate(seed=seed), seed, args.factor, args.time_limit,
-                             ESTIMATE_ROWS))
+            eruns.append(run(generated, seed, args.factor, args.time_limit, ESTIMATE_ROWS))
         if quotas:
-            qruns.append(run(with_quotas(generate(seed=seed)), seed, args.factor,
-                             args.time_limit, QUOTA_ROWS))
+            qruns.append(run(with_quotas(generated), seed, args.factor, args.time_limit,
+                             QUOTA_ROWS))
     if runs:
         out += table(f"Embedded default (generated), medians over seeds {args.seeds}", runs)
     if eruns:
@@ -258,6 +270,7 @@ def main() -> int:
     for name in (s for s in args.lists.split(",") if s):
         print(f"openb {name}", file=sys.stderr)
         scenario, speedup = alibaba_slice(60, 1500, 1.3, name)
+        scenario = with_hold_ahead(scenario, args.hold_ahead)
         title = f"openb_pod_list_{name}: 60 nodes, 1,500 pods, arrivals x{speedup:.0f}, seed 0"
         if plain:
             out += table(title, [run(scenario, 0, args.factor, args.time_limit)])

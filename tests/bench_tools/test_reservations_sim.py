@@ -1,0 +1,52 @@
+"""bench/reservations_sim.py's tables: every row set renders (the estimates table has rows the
+others lack), and the hold lead it can set reaches the policy the replay runs with."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from solver.simulate.generate import generate
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def sim() -> ModuleType:
+    sys.path.insert(0, str(BENCH))  # the script imports timed_sim beside it
+    spec = importlib.util.spec_from_file_location("reservations_sim", BENCH / "reservations_sim.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["reservations_sim"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _figures(p99: float) -> dict[str, float]:
+    return {"p50": 3.0, "p90": 100.0, "p99": p99, "mean": p99 / 10, "alloc": 70.0,
+            "min_fair": 0.8, "min_pooled": 0.85, "reserved": 2, "late": 0, "backfilled": 0,
+            "placed": 10, "gangs": 10, "reclaimed": 0}
+
+
+@pytest.mark.parametrize("rows", ["ROWS", "QUOTA_ROWS", "ESTIMATE_ROWS"])
+def test_every_row_set_renders_its_table(sim: ModuleType, rows: str) -> None:
+    chosen = getattr(sim, rows)
+    runs = [{row.label: _figures(1000.0 + 10 * k + s) for k, row in enumerate(chosen)}
+            for s in range(2)]
+    lines = sim.table("t", runs, chosen)
+    text = "\n".join(lines)
+    for row in chosen:
+        assert f"| {row.label} |" in text
+    if rows == "ESTIMATE_ROWS":
+        assert "Against best-fit (p99 wait, mean wait, GPU allocated): cpsat 0.9" in text
+
+
+def test_the_hold_lead_reaches_the_replayed_policy(sim: ModuleType) -> None:
+    sc = generate(seed=0)
+    assert sim.with_hold_ahead(sc, None) is sc
+    assert sim.with_hold_ahead(sc, 1234.0).policy.reservations.hold_ahead_s == 1234.0
+    assert sc.policy.reservations.hold_ahead_s == 600.0
