@@ -162,13 +162,19 @@ def plan_reservations(snapshot: Snapshot) -> tuple[Held, ...]:
         if found is None:
             continue
         start, placement = found
-        hold = _hold(snapshot, gang, placement, running) if start <= rules.hold_ahead_s else ()
+        hold = _hold(snapshot, gang, placement, running) if held_now(snapshot, start) else ()
         nodes = tuple(sorted({p.node for p in placement.pods}))
         made.append(Held(Reservation(gang.name, start, nodes), hold))
         # a later reservation plans around this one as if its gang held its place for good
         running = (*running, *_as_running(gang, placement, None))
         placer = _placer(snapshot, running)
     return tuple(made)
+
+
+def held_now(snapshot: Snapshot, start_in_s: float) -> bool:
+    """Whether a reservation starting in ``start_in_s`` holds its capacity in this window (its
+    start is at most ``policy.reservations.hold_ahead_s`` away) or is only planned."""
+    return start_in_s <= snapshot.policy.reservations.hold_ahead_s
 
 
 def _placer(snapshot: Snapshot, running: tuple[Running, ...]) -> GangPlacer:
@@ -213,7 +219,7 @@ def solve_with_reservations(snapshot: Snapshot, time_limit: float, solve: SolveF
     # backfill is for what is held; a reservation not held yet keeps nothing from anyone
     earliest = min((h.reservation.start_in_s for h in held if h.pods), default=0.0)
     backfill = [g for g in snapshot.gangs
-                if stand_ins and g.runtime_s is not None and g.runtime_s <= earliest]
+                if g.runtime_s is not None and g.runtime_s <= earliest] if stand_ins else []
     first_limit = time_limit * (1 - BACKFILL_SHARE) if backfill else time_limit
     first = solve(replace(snapshot, running=(*snapshot.running, *stand_ins)), first_limit)
     admitted = list(first.admitted)
@@ -235,14 +241,14 @@ def solve_with_reservations(snapshot: Snapshot, time_limit: float, solve: SolveF
         wall += second.stats.wall_seconds
         done = frozenset(g.gang for g in admitted)
     reserved = {h.reservation.gang: h.reservation for h in held}
-    lead = snapshot.policy.reservations.hold_ahead_s
     deferred = []
     for d in first.deferred:
         if d.gang in done:
             continue
         r = reserved.get(d.gang)
         if r is not None:
-            until = ("" if r.start_in_s <= lead else
+            lead = snapshot.policy.reservations.hold_ahead_s
+            until = ("" if held_now(snapshot, r.start_in_s) else
                      f"; held from {lead:.0f} s before, open to other gangs until then")
             d = Deferred(d.gang, f"reserved: expected to start in {r.start_in_s:.0f} s on "
                                  f"{', '.join(r.nodes)}, when running pods there end{until}")
