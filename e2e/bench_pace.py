@@ -15,6 +15,9 @@ releases pods) the wait until every pod that fits is Running. Systems:
 - ``berth-serve-short-solve`` (a diagnosis, not a configuration anyone ships): ``berth
   serve`` with the solver's time limit cut from 2 s to 0.25 s, to see what the solve's CPU
   costs the creates.
+- ``berth-serve-unpaced`` (a diagnosis): ``berth serve`` with ``BERTH_WRITE_PACING=off``, its
+  writes 8 in flight whatever the API server's load (as before admission/controller/pacing.py).
+- ``berth-serve-writers1`` (a diagnosis): ``BERTH_RELEASE_WRITERS=1``, one write at a time.
 - ``berth-serve-one-process``: ``berth serve --one-process``, both in one interpreter (how
   ``berth serve`` ran before the controller got its own process).
 
@@ -68,7 +71,8 @@ from e2e.conftest import E2ECluster, drop_namespace, make_namespace
 from e2e.kueue import gpu_queues, kueue_manager
 
 SYSTEMS = ("none", "kueue", "berth-webhook", "berth-serve", "berth-serve-nice0",
-           "berth-serve-one-process", "berth-serve-short-solve")
+           "berth-serve-one-process", "berth-serve-short-solve", "berth-serve-unpaced",
+           "berth-serve-writers1")
 QUEUE = "pace"
 _HZ = os.sysconf("SC_CLK_TCK")
 
@@ -244,6 +248,21 @@ class ApiserverProfile:
             (self.out / f"{self.name}.apiserver.txt").write_text(top.stdout + top.stderr)
 
 
+@contextlib.contextmanager
+def _env(key: str, value: str) -> Iterator[None]:
+    """``key`` set to ``value`` in this process's environment (inherited by what it starts)
+    while the block runs."""
+    old = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace, cluster: DevCluster, e2e: E2ECluster,
                  work: Path, fleet_gpus: int) -> None:
@@ -277,8 +296,11 @@ class Bench:
                 if name == "berth-serve-short-solve":
                     doc["solver"]["timeLimitSeconds"] = 0.25
 
-            with berth_webhook(self.e2e, self.work / name, namespaces, serve=serve,
-                               edit_policy=edit, serve_args=extra) as hook:
+            env = {"berth-serve-unpaced": ("BERTH_WRITE_PACING", "off"),
+                   "berth-serve-writers1": ("BERTH_RELEASE_WRITERS", "1")}.get(name)
+            with _env(*env) if env else contextlib.nullcontext(), \
+                    berth_webhook(self.e2e, self.work / name, namespaces, serve=serve,
+                                  edit_policy=edit, serve_args=extra) as hook:
                 assert hook.record is not None
                 pgid = hook.record.pgid
                 self.berth_pid = hook.record.pid

@@ -25,6 +25,7 @@ from admission.controller.explain import Explainer
 from admission.controller.inventory import Inventory
 from admission.controller.leader import LeaseElector
 from admission.controller.metrics import Metrics
+from admission.controller.pacing import PacedApi, WritePace
 from admission.controller.reclaim import Evictor
 from admission.controller.records import RecordStore
 from admission.controller.release import Releaser
@@ -65,15 +66,20 @@ class Controller:
             self._worker = WorkerSolver(solver=settings.solver,
                                         time_limit=settings.time_limit_seconds, seed=settings.seed)
             solve = self._worker
-        self.releaser = Releaser(api=api, backend=self.backend, record=self._record,
+        # Every pod write and Event goes through one adaptive limit (pacing.py); the Lease's
+        # renewals time the API server for it.
+        self.pace = WritePace(settings.release_writers, adaptive=settings.write_pacing)
+        self.metrics.write_limit.set_function(lambda: self.pace.limit)
+        writes = PacedApi(api, self.pace)
+        self.releaser = Releaser(api=writes, backend=self.backend, record=self._record,
                                  clock=clock, queues=settings.queues,
                                  writers=settings.release_writers,
                                  forget=self.inventory.forget_pod)
-        self.explainer = Explainer(api=api, clock=clock, record=self._record, identity=identity,
+        self.explainer = Explainer(api=writes, clock=clock, record=self._record, identity=identity,
                                    writers=settings.release_writers,
                                    forget=self.inventory.forget_pod)
         self.leader_required = False  # set by start(): only a running replica needs the Lease
-        self.evictor = Evictor(api=api, clock=clock, metrics=self.metrics, identity=identity,
+        self.evictor = Evictor(api=writes, clock=clock, metrics=self.metrics, identity=identity,
                                pod=self.inventory.pod)
         self.cycle = Cycle(inventory=self.inventory, settings=settings, releaser=self.releaser,
                            explainer=self.explainer, evictor=self.evictor, solve=solve,
@@ -81,7 +87,7 @@ class Controller:
                            metrics=self.metrics, still_leader=self._may_write)
         self.records = RecordStore(api=api, namespace=namespace, metrics=self.metrics,
                                    save_seconds=settings.records_save_seconds)
-        self.elector = LeaseElector(api=api, namespace=namespace, name=lease_name,
+        self.elector = LeaseElector(api=writes, namespace=namespace, name=lease_name,
                                     identity=identity, clock=clock,
                                     on_change=lambda lead: self.metrics.leader.set(int(lead)))
         self.pod_watch = WatchLoop(kind="pods", lister=api.list_pods, watcher=api.watch_pods,

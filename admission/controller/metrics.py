@@ -53,6 +53,9 @@ class Metrics:
                                       registry=r)
         self.gang_timeouts = Counter("berth_gang_timeouts", "Gangs whose pods never all arrived",
                                      ["tenant"], registry=r)
+        self.write_limit = Gauge(
+            "berth_api_write_limit", "Pod writes and Events the controller may have in flight "
+            "now: fewer while the API server answers slowly (pacing.py)", registry=r)
         self.leader = Gauge("berth_leader", "1 while this replica holds the lease", registry=r)
         self.records = Counter(
             "berth_records", "The leader's saved records (fair share over time, learned "

@@ -26,6 +26,13 @@ def release_writers() -> int:
     return max(1, int(raw)) if raw.isdigit() else RELEASE_WRITERS
 
 
+def write_pacing() -> bool:
+    """Whether the writes in flight adapt to the API server's answer times (pacing.py);
+    BERTH_WRITE_PACING=off keeps release_writers in flight whatever the server's load, to
+    measure what the pacing does."""
+    return os.environ.get("BERTH_WRITE_PACING", "").strip().lower() not in ("off", "0", "false")
+
+
 @dataclass(frozen=True, slots=True)
 class TenantBounds:
     """What the policy lets a tenant's pods say about themselves (contract 7): the values a
@@ -73,6 +80,9 @@ class Settings:
     # holds per gang. 1 writes one pod at a time in plan order, which tests that crash at the
     # n-th write rely on; a policy file gets RELEASE_WRITERS.
     release_writers: int = 1
+    # Whether fewer than release_writers are in flight while the API server answers slowly
+    # (pacing.py: Berth's writes yield to its other clients). Off: always release_writers.
+    write_pacing: bool = True
     # A pod Berth released and its scheduler has not bound this long after says so
     # (condition reason NotBound and a Warning Event; see unbound.py).
     bind_grace_seconds: float = 30.0
@@ -127,5 +137,6 @@ def from_policy(policy: Policy) -> Settings:
         backend=policy.release.backend,
         queues=queues,
         release_writers=release_writers(),
+        write_pacing=write_pacing(),
         max_expected_runtime_seconds=float(policy.admission.max_expected_runtime_seconds),
     )

@@ -1,0 +1,149 @@
+"""The controller's writes yield to the API server's other clients when it is busy.
+
+Berth's writes (releases, explanations, evictions) are the cluster's least urgent: a pod
+waiting behind the gate a little longer costs less than a ``kubectl apply``, a Job controller or
+the kubelets waiting on an API server that Berth keeps busy. So the number of Berth's writes in
+flight at once is not fixed but adapted to how fast the API server answers them, the way a
+background transfer yields to interactive traffic (a "scavenger" congestion control, LEDBAT,
+RFC 6817): the answer time of a write is compared with the best seen lately (the *base*, a
+windowed minimum, which the Lease renewals every two seconds keep fresh even when nothing is
+released); above ``FACTOR`` x base + ``SLACK_S`` the server is queueing someone's work, and the
+limit halves (once per round trip); otherwise it grows by one per ``limit`` writes, up to
+``most``. A burst of pod creations thus gets the API server nearly to itself while Berth
+releases one pod at a time, and Berth's releases run ``most`` wide again once it is over
+(e2e/bench_pace.md measures both).
+
+Only how many writes overlap changes: never their order, which the release protocol keeps by
+waiting for each step (release.py), and never whether a write is made.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from admission.controller.api import ApiError, ClusterApi, Json
+from admission.jsonpatch import PatchOp
+
+FACTOR = 2.0  # an answer this many times the base (plus the slack) means the server queues
+SLACK_S = 0.005  # the noise of one round trip on an idle server
+WINDOW_S = 300.0  # how long the best answer time counts as the base
+BUCKET_S = 10.0  # the windowed minimum keeps one minimum per bucket of this length
+BUSY_STATUSES = frozenset({429, 503, 504})  # the server asking its clients to slow down
+
+
+class WritePace:
+    """How many writes may be in flight: between 1 and ``most``, adapted to the answer times.
+
+    ``slot()`` wraps one write: it waits until fewer than the limit are in flight, times the
+    write and adapts the limit to it. ``observe()`` takes the time of a write made outside the
+    limit (the Lease's renewals) as a sample of the base alone."""
+
+    def __init__(self, most: int, *, adaptive: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.most = max(1, most)
+        self.adaptive = adaptive
+        self.clock = clock
+        self.limit = 1.0 if adaptive else float(self.most)
+        self.in_flight = 0
+        self.halvings = 0  # times the limit was cut: what the server's load cost Berth's pace
+        self._buckets: deque[tuple[float, float]] = deque()  # (bucket start, min answer time)
+        self._last_cut = float("-inf")
+        self._cond = threading.Condition()
+
+    # ------------------------------------------------------------------ the base
+    @property
+    def base(self) -> float | None:
+        """The best answer time within the window (None before the first)."""
+        with self._cond:
+            return self._base()
+
+    def _base(self) -> float | None:
+        return min((m for _, m in self._buckets), default=None)
+
+    def _sample(self, rtt: float, now: float) -> None:
+        start = now - now % BUCKET_S
+        if self._buckets and self._buckets[-1][0] == start:
+            self._buckets[-1] = (start, min(self._buckets[-1][1], rtt))
+        else:
+            self._buckets.append((start, rtt))
+        while self._buckets and self._buckets[0][0] <= now - WINDOW_S:
+            self._buckets.popleft()
+
+    def observe(self, rtt: float) -> None:
+        """A write's answer time, from a write the limit does not hold (the base only)."""
+        with self._cond:
+            self._sample(rtt, self.clock())
+
+    # ------------------------------------------------------------------ the limit
+    def _answered(self, rtt: float, busy: bool) -> None:
+        now = self.clock()
+        base = self._base()
+        self._sample(rtt, now)
+        if not self.adaptive:
+            return
+        if busy or (base is not None and rtt > FACTOR * base + SLACK_S):
+            if self.limit > 1 and now - self._last_cut >= rtt:  # once per round trip
+                self.limit = max(1.0, self.limit / 2)
+                self._last_cut = now
+                self.halvings += 1
+        else:
+            self.limit = min(float(self.most), self.limit + 1.0 / self.limit)
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        with self._cond:
+            while self.in_flight >= int(self.limit):
+                self._cond.wait()
+            self.in_flight += 1
+        start = self.clock()
+        busy = False
+        try:
+            yield
+        except ApiError as exc:
+            busy = exc.status in BUSY_STATUSES
+            raise
+        finally:
+            with self._cond:
+                self.in_flight -= 1
+                self._answered(self.clock() - start, busy)
+                self._cond.notify_all()
+
+
+class PacedApi:
+    """``api`` with its pod writes and Events held to ``pace`` and its Lease renewals timed for
+    the base; every other call passes straight through."""
+
+    def __init__(self, api: ClusterApi, pace: WritePace) -> None:
+        self.api = api
+        self.pace = pace
+
+    # ------------------------------------------------------------------ paced
+    def patch_pod(self, namespace: str, name: str, ops: Sequence[PatchOp]) -> Json:
+        with self.pace.slot():
+            return self.api.patch_pod(namespace, name, ops)
+
+    def set_pod_condition(self, namespace: str, name: str, condition: Json) -> Json:
+        with self.pace.slot():
+            return self.api.set_pod_condition(namespace, name, condition)
+
+    def evict_pod(self, namespace: str, name: str, *, dry_run: bool = False) -> None:
+        with self.pace.slot():
+            self.api.evict_pod(namespace, name, dry_run=dry_run)
+
+    def create_event(self, namespace: str, event: Json) -> None:
+        with self.pace.slot():
+            self.api.create_event(namespace, event)
+
+    # ------------------------------------------------------------------ timed, not held
+    def replace_lease(self, namespace: str, name: str, lease: Json) -> Json:
+        start = self.pace.clock()
+        out = self.api.replace_lease(namespace, name, lease)
+        self.pace.observe(self.pace.clock() - start)
+        return out
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.api, name)

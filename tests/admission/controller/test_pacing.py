@@ -1,0 +1,154 @@
+"""The controller's writes yield to a busy API server (pacing.py): how many are in flight
+follows the answer times, between one and the configured most; nothing is dropped or
+reordered by it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from admission.controller.api import ApiError
+from admission.controller.pacing import BUCKET_S, WINDOW_S, PacedApi, WritePace
+from tests.admission.controller.fakeapi import FakeApi
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def write(pace: WritePace, clock: Clock, rtt: float) -> None:
+    with pace.slot():
+        clock.now += rtt
+
+
+def test_starts_at_one_and_grows_to_most_while_answers_stay_fast() -> None:
+    clock = Clock()
+    pace = WritePace(8, clock=clock)
+    assert pace.limit == 1
+    for _ in range(40):
+        write(pace, clock, 0.005)
+    assert pace.limit == 8 and pace.halvings == 0
+
+
+def test_halves_once_per_round_trip_when_answers_slow_down_then_recovers() -> None:
+    clock = Clock()
+    pace = WritePace(8, clock=clock)
+    for _ in range(40):
+        write(pace, clock, 0.005)
+    assert pace.base == pytest.approx(0.005)
+    write(pace, clock, 0.100)  # 20x the base: the server queues someone's work
+    assert pace.limit == 4
+    clock.now -= 0.050  # a second slow answer within the same round trip: no second cut
+    write(pace, clock, 0.030)
+    assert pace.limit == 4 and pace.halvings == 1
+    for _ in range(5):
+        write(pace, clock, 0.100)
+    assert pace.limit == 1  # never below one write at a time
+    for _ in range(40):
+        write(pace, clock, 0.006)
+    assert pace.limit == 8
+
+
+def test_answers_within_factor_and_slack_of_the_base_are_not_congestion() -> None:
+    clock = Clock()
+    pace = WritePace(4, clock=clock)
+    write(pace, clock, 0.010)
+    for _ in range(30):
+        write(pace, clock, 0.024)  # under 2 x 10 ms + 5 ms
+    assert pace.limit == 4 and pace.halvings == 0
+
+
+def test_the_lease_renewals_give_the_base_before_any_pod_write() -> None:
+    """A burst's first releases are judged against the idle server the Lease saw."""
+    clock = Clock()
+    pace = WritePace(8, clock=clock)
+    for _ in range(20):
+        pace.observe(0.004)
+    for _ in range(20):
+        write(pace, clock, 0.060)
+    assert pace.limit == 1 and pace.halvings == 0  # it never grew: every answer was slow
+    assert pace.base == pytest.approx(0.004)
+
+
+def test_the_base_is_forgotten_after_the_window() -> None:
+    clock = Clock()
+    pace = WritePace(8, clock=clock)
+    pace.observe(0.002)
+    clock.now += WINDOW_S + BUCKET_S
+    write(pace, clock, 0.050)
+    assert pace.base == pytest.approx(0.050)
+
+
+@pytest.mark.parametrize("status, cut", [(429, True), (503, True), (504, True), (409, False),
+                                         (404, False), (422, False)])
+def test_the_server_asking_to_slow_down_cuts_the_limit_and_the_error_still_raises(
+        status: int, cut: bool) -> None:
+    clock = Clock()
+    pace = WritePace(8, clock=clock)
+    for _ in range(40):
+        write(pace, clock, 0.005)
+    with pytest.raises(ApiError), pace.slot():
+        clock.now += 0.005
+        raise ApiError(status, "x")
+    assert (pace.limit == 4) is cut
+    assert pace.in_flight == 0
+
+
+def test_fixed_when_pacing_is_off() -> None:
+    clock = Clock()
+    pace = WritePace(8, adaptive=False, clock=clock)
+    for rtt in (0.005, 1.0, 0.005, 2.0):
+        write(pace, clock, rtt)
+    assert pace.limit == 8
+
+
+def test_threads_never_exceed_the_limit_and_every_write_is_made() -> None:
+    """Real threads against a server that slows down with every write in flight: the peak
+    concurrency follows the limit, and the limit settles low."""
+    pace = WritePace(8)
+    lock = threading.Lock()
+    state = {"now": 0, "peak": 0, "done": 0, "over": 0}
+
+    def one() -> None:
+        with pace.slot():
+            with lock:
+                state["now"] += 1
+                state["peak"] = max(state["peak"], state["now"])
+                if state["now"] > int(pace.limit):
+                    state["over"] += 1
+                busy = state["now"]
+            time.sleep(0.002 * busy * busy)  # a server that queues: slower per write in flight
+            with lock:
+                state["now"] -= 1
+                state["done"] += 1
+
+    for _ in range(20):
+        pace.observe(0.002)
+    threads = [threading.Thread(target=one) for _ in range(200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert state["done"] == 200 and state["over"] == 0
+    assert pace.halvings > 0 and pace.limit < 8
+
+
+def test_paced_api_holds_pod_writes_and_events_and_times_the_lease() -> None:
+    api = FakeApi()
+    clock = Clock()
+    pace = WritePace(2, clock=clock)
+    paced = PacedApi(api, pace)  # type: ignore[arg-type]
+    api.add_pod({"metadata": {"name": "p", "namespace": "team-a", "uid": "u1"},
+                 "spec": {"containers": []}})
+    paced.patch_pod("team-a", "p", [{"op": "add", "path": "/metadata/labels",
+                                     "value": {"a": "b"}}])
+    paced.create_event("team-a", {"reason": "X"})
+    assert api.get_pod("team-a", "p")["metadata"]["labels"] == {"a": "b"}  # type: ignore[index]
+    assert paced.get_pod("team-a", "p") is not None  # everything else passes through
+    assert pace.base is not None and pace.in_flight == 0
