@@ -17,6 +17,9 @@ releases pods) the wait until every pod that fits is Running. Systems:
   costs the creates.
 - ``berth-serve-unpaced`` (a diagnosis): ``berth serve`` with ``BERTH_WRITE_PACING=off``, its
   writes 8 in flight whatever the API server's load (as before admission/controller/pacing.py).
+- ``berth-serve-floor4`` (an experiment): ``BERTH_WRITE_PACING_FLOOR=0.25``, the pacing
+  going below one write in flight (a pause after each write, so one is in flight a quarter of
+  the time at the floor) while the API server is slow.
 - ``berth-serve-writers1`` (a diagnosis): ``BERTH_RELEASE_WRITERS=1``, one write at a time.
 - ``berth-serve-one-process``: ``berth serve --one-process``, both in one interpreter (how
   ``berth serve`` ran before the controller got its own process).
@@ -72,7 +75,7 @@ from e2e.kueue import gpu_queues, kueue_manager
 
 SYSTEMS = ("none", "kueue", "berth-webhook", "berth-serve", "berth-serve-nice0",
            "berth-serve-one-process", "berth-serve-short-solve", "berth-serve-unpaced",
-           "berth-serve-writers1")
+           "berth-serve-floor4", "berth-serve-writers1")
 QUEUE = "pace"
 _HZ = os.sysconf("SC_CLK_TCK")
 
@@ -297,6 +300,7 @@ class Bench:
                     doc["solver"]["timeLimitSeconds"] = 0.25
 
             env = {"berth-serve-unpaced": ("BERTH_WRITE_PACING", "off"),
+                   "berth-serve-floor4": ("BERTH_WRITE_PACING_FLOOR", "0.25"),
                    "berth-serve-writers1": ("BERTH_RELEASE_WRITERS", "1")}.get(name)
             with _env(*env) if env else contextlib.nullcontext(), \
                     berth_webhook(self.e2e, self.work / name, namespaces, serve=serve,

@@ -68,7 +68,8 @@ class Controller:
             solve = self._worker
         # Every pod write and Event goes through one adaptive limit (pacing.py); the Lease's
         # renewals time the API server for it.
-        self.pace = WritePace(settings.release_writers, adaptive=settings.write_pacing)
+        self.pace = WritePace(settings.release_writers, adaptive=settings.write_pacing,
+                               floor=settings.write_pacing_floor)
         self.metrics.write_limit.set_function(lambda: self.pace.limit)
         writes = PacedApi(api, self.pace)
         self.releaser = Releaser(api=writes, backend=self.backend, record=self._record,

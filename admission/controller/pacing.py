@@ -42,13 +42,17 @@ class WritePace:
     write and adapts the limit to it. ``observe()`` takes the time of a write made outside the
     limit (the Lease's renewals) as a sample of the base alone."""
 
-    def __init__(self, most: int, *, adaptive: bool = True,
+    def __init__(self, most: int, *, adaptive: bool = True, floor: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.most = max(1, most)
         self.adaptive = adaptive
+        # Below 1: one write at a time with a pause after each, so that a write is in flight
+        # ``limit`` of the time (an experiment, BERTH_WRITE_PACING_FLOOR; bench_pace.md).
+        self.floor = min(1.0, max(1.0 / 64, floor))
         self.clock = clock
         self.limit = 1.0 if adaptive else float(self.most)
         self.in_flight = 0
+        self._next_start = float("-inf")
         self.halvings = 0  # times the limit was cut: what the server's load cost Berth's pace
         self._buckets: deque[tuple[float, float]] = deque()  # (bucket start, min answer time)
         self._last_cut = float("-inf")
@@ -86,18 +90,28 @@ class WritePace:
         if not self.adaptive:
             return
         if busy or (base is not None and rtt > FACTOR * base + SLACK_S):
-            if self.limit > 1 and now - self._last_cut >= rtt:  # once per round trip
-                self.limit = max(1.0, self.limit / 2)
+            if self.limit > self.floor and now - self._last_cut >= rtt:  # once per round trip
+                self.limit = max(self.floor, self.limit / 2)
                 self._last_cut = now
                 self.halvings += 1
+        elif self.limit < 1:
+            self.limit = min(1.0, self.limit * 2)
         else:
             self.limit = min(float(self.most), self.limit + 1.0 / self.limit)
+        if self.limit < 1:
+            self._next_start = now + rtt * (1 / self.limit - 1)
 
     @contextmanager
     def slot(self) -> Iterator[None]:
         with self._cond:
-            while self.in_flight >= int(self.limit):
-                self._cond.wait()
+            while True:
+                if self.in_flight < max(1, int(self.limit)):
+                    pause = self._next_start - self.clock()
+                    if pause <= 0:
+                        break
+                    self._cond.wait(pause)
+                else:
+                    self._cond.wait()
             self.in_flight += 1
         start = self.clock()
         busy = False

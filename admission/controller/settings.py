@@ -33,6 +33,15 @@ def write_pacing() -> bool:
     return os.environ.get("BERTH_WRITE_PACING", "").strip().lower() not in ("off", "0", "false")
 
 
+def write_pacing_floor() -> float:
+    """The lowest limit of the pacing: 1 write in flight, or (BERTH_WRITE_PACING_FLOOR, an
+    experiment) a fraction of one, a pause after each write (pacing.py)."""
+    try:
+        return float(os.environ.get("BERTH_WRITE_PACING_FLOOR", "1"))
+    except ValueError:
+        return 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class TenantBounds:
     """What the policy lets a tenant's pods say about themselves (contract 7): the values a
@@ -83,6 +92,7 @@ class Settings:
     # Whether fewer than release_writers are in flight while the API server answers slowly
     # (pacing.py: Berth's writes yield to its other clients). Off: always release_writers.
     write_pacing: bool = True
+    write_pacing_floor: float = 1.0
     # A pod Berth released and its scheduler has not bound this long after says so
     # (condition reason NotBound and a Warning Event; see unbound.py).
     bind_grace_seconds: float = 30.0
@@ -138,5 +148,6 @@ def from_policy(policy: Policy) -> Settings:
         queues=queues,
         release_writers=release_writers(),
         write_pacing=write_pacing(),
+        write_pacing_floor=write_pacing_floor(),
         max_expected_runtime_seconds=float(policy.admission.max_expected_runtime_seconds),
     )

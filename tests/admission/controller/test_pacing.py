@@ -108,6 +108,18 @@ def test_fixed_when_pacing_is_off() -> None:
     assert pace.limit == 8
 
 
+def test_below_one_the_next_write_really_waits() -> None:
+    pace = WritePace(8, floor=0.25)
+    pace.observe(0.001)
+    with pace.slot():
+        time.sleep(0.05)  # slow: a cut to 0.5 and a pause of one round trip
+    assert pace.limit == 0.5
+    start = time.monotonic()
+    with pace.slot():
+        waited = time.monotonic() - start
+    assert waited >= 0.04
+
+
 def test_threads_never_exceed_the_limit_and_every_write_is_made() -> None:
     """Real threads against a server that slows down with every write in flight: the peak
     concurrency follows the limit, and the limit settles low."""
@@ -152,3 +164,23 @@ def test_paced_api_holds_pod_writes_and_events_and_times_the_lease() -> None:
     assert api.get_pod("team-a", "p")["metadata"]["labels"] == {"a": "b"}  # type: ignore[index]
     assert paced.get_pod("team-a", "p") is not None  # everything else passes through
     assert pace.base is not None and pace.in_flight == 0
+
+
+def test_below_one_a_pause_follows_each_write_and_one_good_answer_lifts_it() -> None:
+    clock = Clock()
+    pace = WritePace(8, floor=0.25, clock=clock)
+    pace.observe(0.010)
+    write(pace, clock, 0.100)
+    assert pace.limit == 0.5
+    assert pace._next_start == pytest.approx(clock.now + 0.100)  # in flight half the time
+    clock.now = pace._next_start
+    write(pace, clock, 0.100)
+    assert pace.limit == 0.25
+    # the next write waits three round trips (in flight a quarter of the time)
+    assert pace._next_start == pytest.approx(clock.now + 0.300)
+    clock.now = pace._next_start
+    write(pace, clock, 0.010)
+    assert pace.limit == 0.5
+    clock.now = pace._next_start
+    write(pace, clock, 0.010)
+    assert pace.limit == 1 and pace._next_start <= clock.now
