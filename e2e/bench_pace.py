@@ -251,21 +251,6 @@ class ApiserverProfile:
             (self.out / f"{self.name}.apiserver.txt").write_text(top.stdout + top.stderr)
 
 
-@contextlib.contextmanager
-def _env(key: str, value: str) -> Iterator[None]:
-    """``key`` set to ``value`` in this process's environment (inherited by what it starts)
-    while the block runs."""
-    old = os.environ.get(key)
-    os.environ[key] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = old
-
-
 class Bench:
     def __init__(self, args: argparse.Namespace, cluster: DevCluster, e2e: E2ECluster,
                  work: Path, fleet_gpus: int) -> None:
@@ -299,12 +284,11 @@ class Bench:
                 if name == "berth-serve-short-solve":
                     doc["solver"]["timeLimitSeconds"] = 0.25
 
-            env = {"berth-serve-unpaced": ("BERTH_WRITE_PACING", "off"),
-                   "berth-serve-floor4": ("BERTH_WRITE_PACING_FLOOR", "0.25"),
-                   "berth-serve-writers1": ("BERTH_RELEASE_WRITERS", "1")}.get(name)
-            with _env(*env) if env else contextlib.nullcontext(), \
-                    berth_webhook(self.e2e, self.work / name, namespaces, serve=serve,
-                                  edit_policy=edit, serve_args=extra) as hook:
+            env = {"berth-serve-unpaced": {"BERTH_WRITE_PACING": "off"},
+                   "berth-serve-floor4": {"BERTH_WRITE_PACING_FLOOR": "0.25"},
+                   "berth-serve-writers1": {"BERTH_RELEASE_WRITERS": "1"}}.get(name)
+            with berth_webhook(self.e2e, self.work / name, namespaces, serve=serve,
+                               edit_policy=edit, serve_args=extra, env=env) as hook:
                 assert hook.record is not None
                 pgid = hook.record.pgid
                 self.berth_pid = hook.record.pid

@@ -16,7 +16,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ class BerthWebhook:
     argv: list[str]
     workdir: Path
     ca: Path
+    env: Mapping[str, str] = field(default_factory=dict)  # added to the process's environment
     record: processes.ProcessRecord | None = None
     proc: subprocess.Popen[bytes] | None = None
 
@@ -63,7 +64,8 @@ class BerthWebhook:
 
     def start(self) -> None:
         name = "berth-serve" if "serve" in self.argv else "berth-webhook"
-        self.proc, self.record = processes.spawner(self.workdir)(name, self.argv)
+        self.proc, self.record = processes.spawner(self.workdir)(name, self.argv,
+                                                                 env=dict(self.env))
         wait_serving(name, self.port, self.ca, proc=self.proc, record=self.record)
 
     def kill(self) -> None:
@@ -122,12 +124,14 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
                   lease_namespace: str | None = None,
                   edit_policy: Callable[[dict[str, Any]], None] | None = None,
                   serve_args: Sequence[str] = (),
-                  policy_doc: Mapping[str, Any] | None = None) -> Iterator[BerthWebhook]:
+                  policy_doc: Mapping[str, Any] | None = None,
+                  env: Mapping[str, str] | None = None) -> Iterator[BerthWebhook]:
     """``berth webhook`` alone, or with ``serve`` the whole of Berth (``berth serve``: webhook
     and batch controller) talking to the apiserver through ``kubeconfig`` (default: the
     cluster admin's), its Lease in ``lease_namespace`` (default: the first tenant's), with
-    ``serve_args`` added to its command line. ``policy_doc``: a whole policy to serve instead
-    of the sample policy made to fit ``namespaces`` (whose tenants it must own)."""
+    ``serve_args`` added to its command line and ``env`` to its environment. ``policy_doc``:
+    a whole policy to serve instead of the sample policy made to fit ``namespaces`` (whose
+    tenants it must own)."""
     workdir.mkdir(parents=True, exist_ok=True)
     if policy_doc is not None:
         policy = workdir / "policy.yaml"
@@ -147,7 +151,7 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
                  "--namespace", lease_namespace or next(iter(namespaces.values())),
                  "--identity", "e2e", *serve_args]
     hook = BerthWebhook(policy=policy, port=port, argv=argv, workdir=workdir,
-                        ca=certs / "ca.crt")
+                        ca=certs / "ca.crt", env=dict(env or {}))
     try:
         hook.start()
         config: dict[str, Any] = yaml.safe_load(rendered.read_text())

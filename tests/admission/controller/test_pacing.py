@@ -9,12 +9,18 @@ import time
 
 import pytest
 
+from admission import constants as c
 from admission.controller.api import ApiError
 from admission.controller.pacing import BUCKET_S, WINDOW_S, PacedApi, WritePace
+from admission.controller.settings import write_pacing, write_pacing_floor
+from solver.api import solve
 from tests.admission.controller.fakeapi import FakeApi
+from tests.admission.controller.harness import controller, gang_cluster, gates
+from tests.admission.controller.harness import settings as controller_settings
+from tests.admission.controller.objects import FakeClock
 
 
-class Clock:
+class Clock:  # seconds, for WritePace (the controller's FakeClock is a datetime)
     def __init__(self) -> None:
         self.now = 1000.0
 
@@ -184,3 +190,28 @@ def test_below_one_a_pause_follows_each_write_and_one_good_answer_lifts_it() -> 
     clock.now = pace._next_start
     write(pace, clock, 0.010)
     assert pace.limit == 1 and pace._next_start <= clock.now
+
+
+def test_the_controller_sends_every_release_write_through_its_pace() -> None:
+    """Wired in: a cycle's releases are timed by the controller's limit and never exceed it."""
+    api = gang_cluster([(3, 2), (1, 1), (2, 1)], nodes=2)
+    ctl = controller(api, FakeClock(), s=controller_settings(release_writers=8),
+                     solve_fn=lambda snap: solve(snap, solver="bestfit"))
+    assert ctl.pace.adaptive and ctl.pace.most == 8 and ctl.pace.base is None
+    ctl.run_cycle()
+    assert all(c.SCHEDULING_GATE not in gates(api, k) for k in api.pods)
+    assert ctl.pace.base is not None and ctl.pace.in_flight == 0
+
+
+@pytest.mark.parametrize("env, pacing, floor", [
+    ({}, True, 1.0), ({"BERTH_WRITE_PACING": "off"}, False, 1.0),
+    ({"BERTH_WRITE_PACING": " OFF "}, False, 1.0), ({"BERTH_WRITE_PACING": "on"}, True, 1.0),
+    ({"BERTH_WRITE_PACING_FLOOR": "0.25"}, True, 0.25),
+    ({"BERTH_WRITE_PACING_FLOOR": "a quarter"}, True, 1.0)])
+def test_the_environment_switches(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+                                  pacing: bool, floor: float) -> None:
+    monkeypatch.delenv("BERTH_WRITE_PACING", raising=False)
+    monkeypatch.delenv("BERTH_WRITE_PACING_FLOOR", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert write_pacing() is pacing and write_pacing_floor() == floor
