@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from admission.cli import UsageError
 from admission.simulate import (
     DEFAULT_CONTENDERS,
+    DEFAULT_SETTLE_S,
     Contender,
     SimulateError,
     build_configs,
@@ -97,6 +98,10 @@ def _add_timed_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("timed replay (--mode timed and the embedded default)")
     g.add_argument("--window-s", type=float, default=5.0, metavar="S",
                    help="batch window in simulated seconds (default 5)")
+    g.add_argument("--settle-s", type=float, default=None, metavar="S",
+                   help="a batch runs S simulated seconds after arrivals or departures "
+                   "settle, before the window ends, as the policy's batch.settleSeconds makes "
+                   f"berth serve do (default {DEFAULT_SETTLE_S:g}; 0: only at the window)")
     g.add_argument("--tenants", type=int, default=4, metavar="N",
                    help="tenants a trace's pods are hashed into (default 4)")
     g.add_argument("--time-scale", type=float, default=1.0, metavar="F",
@@ -189,6 +194,10 @@ def _arg(args: argparse.Namespace, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
+def _settle(args: argparse.Namespace) -> float:
+    return float(_arg(args, "settle_s", DEFAULT_SETTLE_S))
+
+
 def _first_seed(args: argparse.Namespace) -> int:
     """The first of ``--seeds`` (the timed replay and the default run one seed), every seed
     checked as in ``--mode fgd``."""
@@ -228,11 +237,13 @@ def run_default(args: argparse.Namespace | None = None, *,
     console = console or Console()
     seed = _first_seed(args)
     window = float(_arg(args, "window_s", 5.0))
+    settle = _settle(args)
     limit = float(_arg(args, "time_limit", 1.0))
     contenders = _contenders(args, DEFAULT_CONTENDERS)
     json_out = _arg(args, "json", None)
     with _usage_errors():
-        replay_default(contenders=contenders, seed=seed, window_s=window, time_limit_s=limit,
+        replay_default(contenders=contenders, seed=seed, window_s=window, settle_s=settle,
+                       time_limit_s=limit,
                        max_pending=int(_arg(args, "max_pending", 64)),
                        json_path=Path(json_out) if json_out else None,
                        plot_path=Path(_arg(args, "plot", DEFAULT_PLOT)), console=console)
@@ -250,7 +261,8 @@ def run_timed(args: argparse.Namespace, *, console: Console | None = None) -> in
     contenders = _contenders(args, (Contender("cpsat"),))
     until = _arg(args, "until", None)
     with _usage_errors():
-        configs = build_configs(contenders, window_s=window, time_limit_s=limit, seed=seed,
+        configs = build_configs(contenders, window_s=window, settle_s=_settle(args),
+                                time_limit_s=limit, seed=seed,
                                 max_pending=int(_arg(args, "max_pending", 64)),
                                 until_s=float(until) if until is not None else None)
         nodes, pods = _arg(args, "nodes", None), _arg(args, "pods", None)

@@ -2,9 +2,9 @@
 
 Threads, not an event loop: the ``kubernetes`` client blocks, so each watch runs in a daemon
 thread feeding the thread-safe :class:`Inventory`; the lease loop has its own thread; one loop
-thread runs cycles (batch at each window, the fast path as soon as a fast-path pod arrives), so
-cycles never overlap and never run on the webhook's event loop. The solver itself runs in a
-worker process (:mod:`.solving`).
+thread runs cycles (batch at each window, or sooner once arrivals settle: :mod:`.batching`; the
+fast path as soon as a fast-path pod arrives), so cycles never overlap and never run on the
+webhook's event loop. The solver itself runs in a worker process (:mod:`.solving`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from admission.backends import backend_named
 from admission.controller import translate as tr
 from admission.controller import trust
 from admission.controller.api import DRA_KINDS, ClusterApi, Json
+from admission.controller.batching import BatchTiming, settles_batch
 from admission.controller.cycle import Cycle, CycleReport, Solve
 from admission.controller.explain import Explainer
 from admission.controller.inventory import Inventory
@@ -106,7 +107,11 @@ class Controller:
                       apply=partial(self.inventory.apply_dra, kind))
             for kind in DRA_KINDS]
         self._stop = threading.Event()
+        # Anything that may move the next cycle earlier sets _wake; why is in the two below.
         self._wake = threading.Event()
+        self._fast_due = False  # a fast-path pod arrived
+        self._settle_from: float | None = None  # last arrival or freed capacity (monotonic)
+        self._left_waiting = False  # the last batch left complete gangs waiting
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ inventory feed
@@ -115,7 +120,13 @@ class Controller:
 
     def on_pod_event(self, event: str, pod: Json) -> None:
         changed = self.inventory.apply_pod(event, pod)
-        if changed and event != "DELETED" and self.is_fast_path(pod):
+        if not changed:
+            return
+        if event != "DELETED" and self.is_fast_path(pod):
+            self._fast_due = True
+            self._wake.set()
+        elif settles_batch(event, pod, waiting=self._left_waiting):
+            self._settle_from = time.monotonic()
             self._wake.set()
 
     def update_settings(self, settings: Settings) -> None:
@@ -188,10 +199,12 @@ class Controller:
     def _loop(self, stop: threading.Event) -> None:
         window = self.settings.window_seconds
         next_batch = time.monotonic() + window
+        timing = BatchTiming()
         while not stop.is_set():
-            self._wake.wait(timeout=max(0.0, next_batch - time.monotonic()))
-            fast = self._wake.is_set()
+            due = timing.due(next_batch, self._settle_from, self.settings.settle_seconds)
+            self._wake.wait(timeout=max(0.0, due - time.monotonic()))
             self._wake.clear()
+            fast, self._fast_due = self._fast_due, False
             if stop.is_set():
                 return
             # Not the Job watch: without it Jobs' deadlines are unknown, which only plans fewer
@@ -202,6 +215,7 @@ class Controller:
             if not self.elector.is_leader:
                 self.records.forget()
             if not (self.elector.is_leader and synced):
+                self._settle_from = None  # the first batch as leader sees every arrival
                 if time.monotonic() >= next_batch:
                     next_batch = time.monotonic() + window
                 continue
@@ -210,9 +224,16 @@ class Controller:
                     fresh = self.settings_source()
                     if fresh is not self.settings:
                         self.update_settings(fresh)
-                if time.monotonic() >= next_batch:
-                    next_batch = time.monotonic() + window
-                    self.run_batch()
+                now = time.monotonic()
+                if now >= timing.due(next_batch, self._settle_from,
+                                     self.settings.settle_seconds):
+                    # a pod that arrives from here on is in this batch's snapshot or sets it
+                    # again for the next
+                    self._settle_from = None
+                    window = self.settings.window_seconds
+                    next_batch = now + window
+                    self._left_waiting = self.run_batch().left_waiting
+                    timing.ran(now, time.monotonic())
                 elif fast:
                     self.run_cycle(fast=True)
             except Exception:  # one bad cycle must not stop the controller

@@ -74,6 +74,11 @@ class CycleReport:
     violations: list[str] = field(default_factory=list)
     evictions: list[EvictionResult] = field(default_factory=list)
 
+    @property
+    def left_waiting(self) -> bool:
+        """Whether complete gangs still wait after this cycle (pending, not admitted)."""
+        return self.gangs.get(GangState.PENDING.value, 0) > self.admitted
+
     def summary(self) -> str:
         phases = " ".join(f"{k}={v * 1000:.0f}ms" for k, v in self.phases.items())
         ok = sum(r.complete for r in self.released)

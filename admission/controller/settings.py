@@ -68,6 +68,7 @@ class Settings:
     # topology level -> node label naming the node's domain (levels other than nvlink, node)
     topology_labels: Mapping[str, str] = field(default_factory=dict)
     window_seconds: float = 10.0
+    settle_seconds: float = 0.0  # 0: batches only at the window (the policy's default is 1)
     gang_timeout_seconds: float = 600.0
     fast_path_classes: frozenset[str] = frozenset()
     solver: SolverName = SolverName.CPSAT
@@ -140,6 +141,7 @@ def from_policy(policy: Policy) -> Settings:
         solver_policy=solver_policy,
         topology_labels=topo,
         window_seconds=policy.batch.window_seconds,
+        settle_seconds=policy.batch.settle_seconds,
         gang_timeout_seconds=policy.batch.gang_timeout_seconds,
         records_save_seconds=policy.batch.records_save_seconds,
         fast_path_classes=frozenset(policy.batch.fast_path_classes),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from admission.policy.load import PolicyError, PolicyIssue, check_text, load_policy
 from admission.policy.model import (
     API_VERSION,
+    MIN_SETTLE_SECONDS,
     Admission,
     Batch,
     Borrowing,
@@ -38,6 +39,7 @@ from admission.policy.solver_view import to_solver
 
 __all__ = [
     "API_VERSION",
+    "MIN_SETTLE_SECONDS",
     "Admission",
     "Batch",
     "Borrowing",

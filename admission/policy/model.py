@@ -249,13 +249,28 @@ class QoSClass(_Model):
         return self
 
 
+#: The shortest settle (batch.settleSeconds) other than 0 (off): a batch at most this often.
+MIN_SETTLE_SECONDS: Final = 0.1
+
+
 class Batch(_Model):
     window_seconds: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = 10.0
+    # A batch runs this long after the last gated pod arrived or capacity was freed, when
+    # nothing else arrived meanwhile, instead of waiting out the window (0: off; at or above
+    # windowSeconds: no effect). docs/controller.md, "When a batch runs".
+    settle_seconds: Annotated[float, Field(ge=0, le=3600, allow_inf_nan=False)] = 1.0
     gang_timeout_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS,
                                                  allow_inf_nan=False)] = 600.0
     fast_path_classes: list[NonEmpty] = []  # QoS classes placed on arrival
     # how often the leader saves its records (fair share over time, the learned workload)
     records_save_seconds: Annotated[float, Field(ge=1, le=3600, allow_inf_nan=False)] = 60.0
+
+    @model_validator(mode="after")
+    def _settle(self) -> Batch:
+        if 0 < self.settle_seconds < MIN_SETTLE_SECONDS:
+            raise ValueError(f"settleSeconds must be 0 (off) or at least {MIN_SETTLE_SECONDS:g}"
+                             f" (a batch at most that often), got {self.settle_seconds:g}")
+        return self
 
 
 class ObjectiveWeights(_Model):

@@ -145,6 +145,11 @@ FIELD_DOCS: dict[str, str] = {
     "`qosClasses`).",
     # Batch, solver, release, admission
     "Batch.windowSeconds": "Every window the controller decides all pending gangs together.",
+    "Batch.settleSeconds": "A batch also runs this long after a gated pod is created or a pod "
+    "on a node ends, when nothing else arrived meanwhile, instead of waiting out the window; a "
+    "burst closer together than this is still decided as one. 0: only at the window; otherwise "
+    "at least 0.1, and a value at or above the window has no effect (docs/controller.md, "
+    "\"When a batch runs\").",
     "Batch.gangTimeoutSeconds": "A gang whose pods have not all been created after this is "
     "reported on its pods (reason `GangTimedOut`); it keeps waiting.",
     "Batch.fastPathClasses": "QoS classes placed on arrival (greedy best-fit) instead of at "

@@ -26,6 +26,7 @@ from admission.simulate.fgd import (
 from admission.simulate.plots import binned, timed_figure
 from admission.simulate.timed import (
     DEFAULT_CONTENDERS,
+    DEFAULT_SETTLE_S,
     Contender,
     build_configs,
     load_trace_scenario,
@@ -37,6 +38,7 @@ from admission.simulate.tracefiles import TraceFileError, read_nodes, read_pods
 
 __all__ = [
     "DEFAULT_CONTENDERS",
+    "DEFAULT_SETTLE_S",
     "Contender",
     "SimulateError",
     "TraceFileError",

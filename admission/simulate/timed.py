@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from admission.policy import MIN_SETTLE_SECONDS, Batch
 from admission.simulate.errors import SimulateError
 from admission.simulate.outputs import check_outputs, save_figure, write_text
 from solver.simulate.timed import TimedConfig, TimedResult, simulate_timed
@@ -92,6 +93,8 @@ def parse_contenders(text: str) -> tuple[Contender, ...]:
 #: window, the clock stopped within 30,000 years, 10,000 gangs in one window's snapshot.
 MIN_WINDOW_S = 0.001
 MAX_WINDOW_S = 86_400.0
+#: The policy's default batch.settleSeconds: the replay wakes as ``berth serve`` does.
+DEFAULT_SETTLE_S = Batch.model_fields["settle_seconds"].default
 #: Most batch windows a replay's span may hold (the clock stays exact to a window's width).
 MAX_WINDOWS = 10**9
 MAX_TIME_LIMIT_S = 600.0
@@ -105,7 +108,7 @@ MAX_FACTOR = 1e6
 MAX_TENANTS = 26
 
 #: Flags behind the fields of :class:`TimedConfig`, for error messages.
-_FLAGS = {"window_s": "--window-s", "time_limit_s": "--time-limit",
+_FLAGS = {"window_s": "--window-s", "settle_s": "--settle-s", "time_limit_s": "--time-limit",
           "max_pending": "--max-pending", "policy": "--policy/--compare"}
 
 
@@ -115,6 +118,7 @@ def build_configs(
     window_s: float,
     time_limit_s: float,
     seed: int,
+    settle_s: float = DEFAULT_SETTLE_S,
     max_pending: int = 64,
     until_s: float | None = None,
 ) -> list[TimedConfig]:
@@ -132,6 +136,11 @@ def build_configs(
     if not (math.isfinite(window_s) and MIN_WINDOW_S <= window_s <= MAX_WINDOW_S):
         raise SimulateError(f"--window-s: must be in [{MIN_WINDOW_S:g}, {MAX_WINDOW_S:g}] "
                             f"seconds, got {window_s:g}")
+    if not (math.isfinite(settle_s) and (settle_s == 0 or MIN_SETTLE_SECONDS <= settle_s
+                                         <= MAX_WINDOW_S)):
+        raise SimulateError(f"--settle-s: must be 0 (batches only at the window) or in "
+                            f"[{MIN_SETTLE_SECONDS:g}, {MAX_WINDOW_S:g}] seconds, got "
+                            f"{settle_s:g}")
     if not (math.isfinite(time_limit_s) and 0 < time_limit_s <= MAX_TIME_LIMIT_S):
         raise SimulateError(f"--time-limit: must be > 0 and at most {MAX_TIME_LIMIT_S:g} "
                             f"seconds, got {time_limit_s:g}")
@@ -142,7 +151,8 @@ def build_configs(
                             f"{len(contenders)}")
     try:
         return [
-            TimedConfig(policy=c.policy, window_s=window_s, time_limit_s=time_limit_s,
+            TimedConfig(policy=c.policy, window_s=window_s, settle_s=settle_s or None,
+                        time_limit_s=time_limit_s,
                         seed=seed, interference_aware=c.interference_aware,
                         max_pending=max_pending, until_s=until_s,
                         deadline_factor=1.0 if c.deadlines else None, label=c.name)
@@ -271,6 +281,11 @@ def write_outputs(
             plt.close(fig)
 
 
+def settle_words(settle_s: float) -> str:
+    """How the replay's batches run early, for its heading."""
+    return f" (sooner {settle_s:g} s after arrivals settle)" if settle_s else ""
+
+
 def replay_default(
     *,
     contenders: Sequence[Contender],
@@ -281,6 +296,7 @@ def replay_default(
     json_path: Path | None,
     plot_path: Path,
     console: Console,
+    settle_s: float = DEFAULT_SETTLE_S,
 ) -> list[TimedResult]:
     """The embedded default: a generated cluster and workload, the contenders, a table and a
     plot (whose directory is created where missing)."""
@@ -288,6 +304,8 @@ def replay_default(
 
     check_outputs(json_path=json_path, plot_path=plot_path, make_plot_parent=True)
 
+    configs = build_configs(contenders, window_s=window_s, settle_s=settle_s,
+                            time_limit_s=time_limit_s, seed=seed, max_pending=max_pending)
     scenario = generate(seed=seed)
     gpus = sum(len(n.gpus) for n in scenario.nodes)
     console.print(
@@ -295,10 +313,8 @@ def replay_default(
         f"{len(scenario.nodes)} nodes / {gpus} GPUs, {len(scenario.arrivals)} gangs of "
         f"{len(scenario.tenants)} tenants over "
         f"{scenario.arrivals[-1].arrival_s / 60:.0f} min (seed {seed}), "
-        f"{window_s:g} s batch windows"
+        f"{window_s:g} s batch windows{settle_words(settle_s)}"
     )
-    configs = build_configs(contenders, window_s=window_s, time_limit_s=time_limit_s, seed=seed,
-                            max_pending=max_pending)
     started = time.perf_counter()
     results = run_contenders(scenario, configs, console=console)
     wall = time.perf_counter() - started
@@ -307,6 +323,7 @@ def replay_default(
     write_outputs(results, json_path=json_path, plot_path=plot_path,
                   title=f"berth simulate: {title}",
                   extra={"mode": "default", "seed": seed, "window_s": window_s,
+                         "settle_s": settle_s,
                          "wall_seconds": wall})
     console.print(f"plot: {plot_path}   ({wall:.1f} s)")
     return results
@@ -355,6 +372,7 @@ def replay_trace(
     :func:`build_configs` makes them: one window and one seed for all), a table, and the JSON
     and the plot where asked."""
     window_s, seed = configs[0].window_s, configs[0].seed
+    settle_s = configs[0].settle_s or 0.0
     check_outputs(json_path=json_path, plot_path=plot_path, inputs=(nodes_file, pods_file))
     scenario = load_trace_scenario(nodes_file, pods_file, tenants=tenants,
                                    time_scale=time_scale, speedup=speedup)
@@ -367,7 +385,7 @@ def replay_trace(
         f"[bold]berth simulate --mode timed[/bold]: {len(scenario.nodes)} nodes, "
         f"{len(scenario.arrivals)} pods in {len(scenario.tenants)} tenants "
         f"(CRC-32 of the pod name), time x{time_scale:g}, arrivals x{speedup:g} faster, "
-        f"{window_s:g} s batch windows"
+        f"{window_s:g} s batch windows{settle_words(settle_s)}"
     )
     started = time.perf_counter()
     results = run_contenders(scenario, configs, console=console)
@@ -377,5 +395,5 @@ def replay_trace(
     write_outputs(results, json_path=json_path, plot_path=plot_path,
                   title=f"berth simulate: {title}",
                   extra={"mode": "timed", "seed": seed, "window_s": window_s,
-                         "wall_seconds": wall})
+                         "settle_s": settle_s, "wall_seconds": wall})
     return results

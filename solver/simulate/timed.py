@@ -7,7 +7,11 @@ cycle is, and each step is one method of the one state object (:class:`_Replay`)
 1. wake up    the controller wakes at the end of a batch window (multiples of ``window_s``):
               the first one at or after the next arrival or departure. Windows in which
               nothing arrived and nothing left are skipped: the snapshot would be the one
-              already solved, so the answer could not change capacity-wise.
+              already solved, so the answer could not change capacity-wise. With
+              ``settle_s`` it wakes sooner, ``settle_s`` after an arrival while nothing waits
+              or a departure while gangs wait, that no other such event followed within
+              ``settle_s`` (the window ends after it then count from there, as the
+              controller's next batch does).
 2. play       gangs join their tenant's queue at their arrival time; placed gangs leave when
               they have run for their duration, freeing capacity at that exact moment (for
               arrivals at that same moment too).
@@ -98,6 +102,10 @@ class TimedConfig:
     enforced bound, as ``activeDeadlineSeconds`` is: the solver sees it as the gang's
     ``runtime_s`` and running pods' ``remaining_s``; 1.0: exact, 2.0: users ask for twice what
     they use); None: no gang declares one, so nothing is known to end and nothing is reserved.
+    ``settle_s``: a batch also runs this long after an arrival while nothing waits, or a
+    departure while gangs wait, when no other such event came meanwhile, before the window
+    ends, as the controller's ``batch.settleSeconds`` makes it
+    (admission/controller/batching.py); None: only at window ends.
     ``estimate_factor``: every gang's user declares an expected run time
     (``berth.dev/expected-runtime``) of this many times its run time, each also scaled by
     ``exp(estimate_sigma x z)`` with ``z`` a standard normal drawn from the seed and the gang's
@@ -109,6 +117,7 @@ class TimedConfig:
 
     policy: str = SolverName.CPSAT
     window_s: float = 5.0
+    settle_s: float | None = None
     time_limit_s: float = 2.0
     seed: int = 0
     interference_aware: bool = True
@@ -131,6 +140,9 @@ class TimedConfig:
                                f"the run time would end the gang), got {self.deadline_factor}")
         if self.window_s <= 0:
             raise ProblemError("window_s", f"must be > 0, got {self.window_s}")
+        if self.settle_s is not None and not 0 < self.settle_s < math.inf:
+            raise ProblemError("settle_s", "must be > 0 and finite (None: batches only at "
+                               f"the window), got {self.settle_s}")
         if self.time_limit_s <= 0:
             raise ProblemError("time_limit_s", f"must be > 0, got {self.time_limit_s}")
         if self.max_pending < 1:
@@ -724,10 +736,46 @@ class _Replay:
         return min(cands) if cands else None
 
     def wake_up(self, event: float) -> float:
-        """The first window end at or after ``event``, past the last one woken at."""
+        """When the controller next runs a batch, given that ``event`` is the next arrival or
+        departure: the first window end at or after it, past the last one woken at. With
+        ``settle_s`` sooner, as admission/controller/batching.py has it: ``settle_s`` after
+        an arrival while nothing waits, or a departure while gangs wait, that no other such
+        event followed within ``settle_s``."""
         w = self.config.window_s
-        self.last_boundary = max(-(-event // w) * w, self.last_boundary + w)
+        s = self.config.settle_s
+        if s is None:
+            self.last_boundary = max(-(-event // w) * w, self.last_boundary + w)
+            return self.last_boundary
+        last = self.last_boundary
+        # the controller's next window ends: every ``w`` from the last batch (a float's
+        # rounding is not let skip one)
+        regular = last + max(1, math.ceil((event - last) / w - 1e-9)) * w
+        # what the last batch left decides which events count; nothing has been played since
+        triggers = self.events_between(last, regular, departures=self.waiting())
+        if not triggers:
+            self.last_boundary = regular
+            return regular
+        quiet_from = triggers[0]
+        for t in triggers[1:]:
+            if t - quiet_from >= s:
+                break
+            quiet_from = t
+        self.last_boundary = min(regular, max(quiet_from + s, last + s))
         return self.last_boundary
+
+    def events_between(self, lo: float, hi: float, *, departures: bool) -> list[float]:
+        """The departure (``departures``) or else arrival times after ``lo`` and at most
+        ``hi``, in order."""
+        if departures:
+            return sorted(d for d, _ in self.departures if lo < d <= hi)
+        out = []
+        arrivals = self.scenario.arrivals
+        i = self.next_arrival
+        while i < len(arrivals) and arrivals[i].arrival_s <= hi:
+            if arrivals[i].arrival_s > lo:
+                out.append(arrivals[i].arrival_s)
+            i += 1
+        return out
 
     def play_until(self, horizon: float) -> None:
         """Departures and arrivals up to ``horizon``, in time order, each at its own time

@@ -3,6 +3,7 @@ fast path together, against the in-memory API server (watches fed by its writes)
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Iterator
@@ -17,27 +18,33 @@ from tests.admission.controller.objects import node, pod
 
 class WatchedApi(FakeApi):
     """FakeApi whose pod watch streams, to every watcher, the pods added through
-    :meth:`arrive` after the resource version the watcher asks for (as the API server does)."""
+    :meth:`arrive` and deleted through :meth:`leave` after the resource version the watcher
+    asks for (as the API server does)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.log: list[tuple[int, Json]] = []
+        self.log: list[tuple[int, str, Json]] = []
         self.lock = threading.Lock()
 
     def arrive(self, p: Json) -> None:
         with self.lock:
             stored = self.add_pod(p)
-            self.log.append((int(stored["metadata"]["resourceVersion"]), stored))
+            self.log.append((int(stored["metadata"]["resourceVersion"]), "ADDED", stored))
+
+    def leave(self, key: str) -> None:
+        with self.lock:
+            gone = self._bump(copy.deepcopy(self.pods.pop(key)))
+            self.log.append((int(gone["metadata"]["resourceVersion"]), "DELETED", gone))
 
     def watch_pods(self, resource_version: str, timeout_seconds: int) -> Iterator[tuple[str, Json]]:
         seen = int(resource_version)
         deadline = time.monotonic() + 0.5
         while time.monotonic() < deadline:
             with self.lock:
-                new = [(rv, obj) for rv, obj in self.log if rv > seen]
-            for rv, obj in new:
+                new = [(rv, ev, obj) for rv, ev, obj in self.log if rv > seen]
+            for rv, ev, obj in new:
                 seen = rv
-                yield "ADDED", obj
+                yield ev, obj
             time.sleep(0.02)
 
 
@@ -89,3 +96,48 @@ def test_leader_releases_batch_at_the_window_and_fast_path_on_arrival() -> None:
     finally:
         ctl.stop()
         standby.stop()
+
+
+def test_a_batch_runs_once_arrivals_settle_not_at_the_window() -> None:
+    api = WatchedApi()
+    api.add_node(node("n0"))
+    s = settings(window_seconds=60.0, settle_seconds=0.3)
+    ctl = Controller(api=api, settings=s, identity="r0", solve=solver_fn("bestfit"))
+    ctl.elector.retry_seconds = 0.1
+    ctl.start()
+    try:
+        assert wait_until(lambda: ctl.elector.is_leader)
+        time.sleep(0.5)  # the watch has listed: what arrives from here on is an event
+        api.arrive(pod("a", gpus=1))
+        api.arrive(pod("b", gpus=1))
+        # released seconds after they arrived, long before the 60 s window
+        assert wait_until(lambda: released(api, "team-a/a") and released(api, "team-a/b"),
+                          timeout=10)
+        # without a settle the same arrival waits for the window
+        ctl.update_settings(settings(window_seconds=60.0, settle_seconds=0.0))
+        api.arrive(pod("c", gpus=1))
+        time.sleep(2.0)
+        assert not released(api, "team-a/c")
+    finally:
+        ctl.stop()
+
+
+def test_freed_capacity_starts_a_waiting_gang_before_the_window() -> None:
+    api = WatchedApi()
+    api.add_node(node("n0", gpus=8))
+    api.add_pod(pod("big", gpus=8, gated=False, node_name="n0"))
+    ctl = Controller(api=api, settings=settings(window_seconds=60.0, settle_seconds=0.3),
+                     identity="r0", solve=solver_fn("bestfit"))
+    ctl.elector.retry_seconds = 0.1
+    ctl.start()
+    try:
+        assert wait_until(lambda: ctl.elector.is_leader)
+        time.sleep(0.5)
+        api.arrive(pod("small", gpus=1))
+        # the batch the arrival brought forward finds no room: the pod waits
+        assert wait_until(lambda: ctl._left_waiting, timeout=10)
+        assert not released(api, "team-a/small")
+        api.leave("team-a/big")
+        assert wait_until(lambda: released(api, "team-a/small"), timeout=10)
+    finally:
+        ctl.stop()

@@ -30,6 +30,7 @@ NUMBERS = [
     ("qosClasses[0].sloMs", BASE + "qosClasses: [{name: q, soloLatencyMs: 1, sloMs: X}]"),
     ("batch.gangTimeoutSeconds", BASE + "batch: {gangTimeoutSeconds: X}"),
     ("batch.windowSeconds", BASE + "batch: {windowSeconds: X}"),
+    ("batch.settleSeconds", BASE + "batch: {settleSeconds: X}"),
     ("batch.recordsSaveSeconds", BASE + "batch: {recordsSaveSeconds: X}"),
     ("solver.weights.fairness", BASE + "solver: {weights: {fairness: X}}"),
     ("solver.timeLimitSeconds", BASE + "solver: {timeLimitSeconds: X}"),
@@ -49,8 +50,8 @@ NUMBERS = [
 ]
 FLOATS = {"tenants[0].quota.gpus", "tenants[0].borrowing.limitGpus", "tenants[0].weight",
           "gpuModels[0].activeWatts", "qosClasses[0].sloMs", "batch.gangTimeoutSeconds",
-          "batch.windowSeconds", "batch.recordsSaveSeconds", "solver.weights.fairness",
-          "solver.timeLimitSeconds",
+          "batch.windowSeconds", "batch.settleSeconds", "batch.recordsSaveSeconds",
+          "solver.weights.fairness", "solver.timeLimitSeconds",
           "sharing.fractionGrid[0]"}
 
 
@@ -178,3 +179,18 @@ def test_the_reservation_hold_lead_reaches_the_solver() -> None:
     policy, _ = check_text(BASE)
     assert policy is not None
     assert to_solver(policy)[0].reservations.hold_ahead_s == 600.0
+
+
+def test_the_settle_is_off_or_at_least_a_tenth_of_a_second_and_reaches_the_controller() -> None:
+    from admission.controller.settings import from_policy as settings_from_policy
+
+    for bad in ("0.05", "-1", "1e-9"):
+        issues = _issues(BASE + f"batch: {{settleSeconds: {bad}}}\n")
+        assert any("settleSeconds" in p or "settleSeconds" in m for p, m in issues.items()), \
+            issues
+    for good, want in (("0", 0.0), ("0.1", 0.1), ("30", 30.0)):
+        policy, issues = check_text(BASE + f"batch: {{settleSeconds: {good}}}\n")
+        assert policy is not None, issues
+        assert settings_from_policy(policy).settle_seconds == want
+    policy, _ = check_text(BASE)
+    assert policy is not None and settings_from_policy(policy).settle_seconds == 1.0

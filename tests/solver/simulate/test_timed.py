@@ -273,6 +273,9 @@ def test_cpsat_replay_is_checker_clean_deterministic_and_interference_aware() ->
 def test_config_and_scenario_errors_name_the_field() -> None:
     with pytest.raises(ProblemError, match="window_s"):
         TimedConfig(window_s=0)
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ProblemError, match="settle_s"):
+            TimedConfig(settle_s=bad)
     with pytest.raises(ProblemError, match="arrival_s"):
         TimedGang(_gang("g"), -1.0, 1.0)
     with pytest.raises(ProblemError, match="duration_s"):
@@ -461,3 +464,55 @@ def test_bad_estimate_settings_are_refused_naming_the_field(field: str, kwargs: 
                                                             ) -> None:
     with pytest.raises(ProblemError, match=field):
         TimedConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def _lone(arrivals: tuple[float, ...], *, settle: float | None, window: float = 10.0,
+          gpus: int = 4) -> tuple[list[float], int]:
+    sc = Scenario(nodes=(_node(gpus=gpus),), tenants=(Tenant("team-a"),),
+                  arrivals=tuple(TimedGang(_gang(f"g{i}"), t, 50.0)
+                                 for i, t in enumerate(arrivals)),
+                  policy=WATTS)
+    r = simulate_timed(sc, TimedConfig(policy="bestfit", window_s=window, settle_s=settle))
+    return [o.start_s for o in sorted(r.outcomes, key=lambda o: int(o.gang[1:]))], r.solves
+
+
+def test_a_settle_starts_a_lone_arrival_before_the_window_ends() -> None:
+    # without it the gang arriving at 1 waits for the window ending at 10
+    assert _lone((1.0,), settle=None) == ([10.0], 1)
+    assert _lone((1.0,), settle=0.5) == ([1.5], 1)
+    # a settle at or above the window changes nothing
+    assert _lone((1.0,), settle=10.0) == ([10.0], 1)
+    assert _lone((1.0,), settle=30.0) == ([10.0], 1)
+
+
+def test_a_burst_closer_than_the_settle_is_decided_in_one_batch() -> None:
+    # 1.0, 1.4, 1.8: each within 0.5 s of the last, so one batch at 2.3 decides all three
+    assert _lone((1.0, 1.4, 1.8), settle=0.5) == ([2.3, 2.3, 2.3], 1)
+    # a gap of 1 s after 1.8: the three go at 2.3, the fourth at 3.3
+    assert _lone((1.0, 1.4, 1.8, 2.8), settle=0.5) == ([2.3, 2.3, 2.3, 3.3], 2)
+
+
+def test_a_trickle_faster_than_the_settle_waits_for_the_window() -> None:
+    # arrivals every 0.4 s never settle for 0.5 s before the window ends at 10
+    times = tuple(0.4 * i for i in range(1, 30))
+    starts, _ = _lone(times, settle=0.5, gpus=64)
+    assert set(starts[:24]) == {10.0}
+    # after the last arrival (11.6) it settles: 12.1
+    assert starts[-1] == pytest.approx(12.1)
+
+
+
+def test_while_gangs_wait_a_departure_settles_a_batch_and_an_arrival_does_not() -> None:
+    sc = Scenario(nodes=(_node(gpus=1),), tenants=(Tenant("team-a"),),
+                  arrivals=(TimedGang(_gang("g0"), 1.0, 15.0), TimedGang(_gang("g1"), 1.2, 25.0),
+                            TimedGang(_gang("g2"), 13.0, 5.0)),
+                  policy=WATTS)
+    r = simulate_timed(sc, TimedConfig(policy="bestfit", window_s=10.0, settle_s=0.5))
+    by = {o.gang: o.start_s for o in r.outcomes}
+    # g0 and g1 arrive on a quiet cluster: one batch at 1.7 starts g0 and g1 waits. g2's
+    # arrival at 13.0 brings nothing forward; g0 leaving at 16.7 does (17.2, before the window
+    # at 21.7), and g1 starts; g1 leaving at 42.2 starts g2 at 42.7 (the window: 47.2)
+    assert by["g0"] == pytest.approx(1.7)
+    assert by["g1"] == pytest.approx(17.2)
+    assert by["g2"] == pytest.approx(42.7)
+    assert r.solves == 3
