@@ -24,7 +24,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from admission.simulate import DEFAULT_CONTENDERS, Contender, timed_figure  # noqa: E402
+from admission.simulate import (  # noqa: E402
+    DEFAULT_CONTENDERS,
+    DEFAULT_SETTLE_S,
+    Contender,
+    timed_figure,
+)
 from solver.simulate.generate import generate  # noqa: E402
 from solver.simulate.timed import TimedConfig, TimedResult, simulate_timed  # noqa: E402
 from solver.simulate.timed_scenario import (  # noqa: E402
@@ -43,11 +48,13 @@ def data_dir() -> Path:
 
 
 def run(scenario: Scenario, contenders: Sequence[Contender], *, seed: int, window_s: float,
-        time_limit_s: float, until_s: float | None = None) -> list[tuple[TimedResult, float]]:
+        time_limit_s: float, settle_s: float = DEFAULT_SETTLE_S,
+        until_s: float | None = None) -> list[tuple[TimedResult, float]]:
     out = []
     for c in contenders:
         cfg = TimedConfig(policy=c.policy, interference_aware=c.interference_aware,
-                          window_s=window_s, time_limit_s=time_limit_s, seed=seed,
+                          window_s=window_s, settle_s=settle_s or None,
+                          time_limit_s=time_limit_s, seed=seed,
                           until_s=until_s, deadline_factor=1.0 if c.deadlines else None,
                           label=c.name)
         t0 = time.perf_counter()
@@ -164,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--window-s", type=float, default=5.0)
+    ap.add_argument("--settle-s", type=float, default=DEFAULT_SETTLE_S,
+                    help="batch.settleSeconds (default the policy's; 0: only at the window)")
     ap.add_argument("--time-limit", type=float, default=1.0)
     ap.add_argument("--alibaba", action="store_true")
     ap.add_argument("--alibaba-nodes", type=int, default=60)
@@ -179,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"seed {seed}", file=sys.stderr)
         sc = generate(seed=seed)
         out = run(sc, DEFAULT_CONTENDERS, seed=seed, window_s=args.window_s,
+                  settle_s=args.settle_s,
                   time_limit_s=args.time_limit)
         for r, wall in out:
             runs[r.name].append((r, wall))
@@ -194,7 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
         f"Regenerate: `python3 bench/timed_sim.py --seeds {args.seeds}"
         + (" --alibaba" if args.alibaba else "") + "`"
-        f" (seeds {args.seeds}, {args.window_s:g} s batch windows, solver time limit "
+        f" (seeds {args.seeds}, {args.window_s:g} s batch windows"
+        + (f" settling after {args.settle_s:g} s" if args.settle_s else "")
+        + ", solver time limit "
         f"{args.time_limit:g} s per window). Machine: {platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}; shared with other work, "
         "so wall times are indicative only.",
@@ -257,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       Contender("kueue"), Contender("volcano"))
         last = sc.arrivals[-1].arrival_s
         out = run(sc, contenders, seed=seeds[0], window_s=args.window_s,
-                  time_limit_s=args.time_limit, until_s=3 * last)
+                  settle_s=args.settle_s, time_limit_s=args.time_limit, until_s=3 * last)
         res = [r for r, _ in out]
         fig = timed_figure(res, title="openb_pod_list_default.csv slice, timed")
         fig.savefig(OUT / "timed_sim_alibaba.png", dpi=100)
