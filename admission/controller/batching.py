@@ -30,12 +30,15 @@ from admission.controller.api import Json
 def settles_batch(event: str, pod: Json, *, waiting: bool) -> bool:
     """Whether a pod watch event (one that changed the inventory) may bring the next batch
     forward: a pod behind Berth's gate was created while nothing waits, or a pod on a node
-    finished or was deleted while gangs wait (``waiting``: gangs were left waiting by the last
+    finished or began to be deleted while gangs wait (``waiting``: gangs were left waiting by the last
     batch)."""
     if event == "ADDED":
         return not waiting and tr.has_berth_gate(pod)
     on_node = bool((pod.get("spec") or {}).get("nodeName"))
-    return waiting and on_node and (event == "DELETED" or tr.is_finished(pod))
+    # as the inventory counts it: a pod being deleted holds nothing from then on
+    leaving = event == "DELETED" or tr.is_finished(pod) \
+        or bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    return waiting and on_node and leaving
 
 
 @dataclass(slots=True)

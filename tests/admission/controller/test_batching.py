@@ -26,7 +26,12 @@ def test_freed_capacity_settles_a_batch_while_gangs_wait() -> None:
     done["status"]["phase"] = "Succeeded"
     failed = pod("f", gated=False, node_name="n0")
     failed["status"]["phase"] = "Failed"
-    for event, p in (("DELETED", running), ("MODIFIED", done), ("MODIFIED", failed)):
+    # the API server marks a pod it deletes first (the inventory drops it then): the only
+    # event that changes the inventory, the DELETED after it changing nothing
+    terminating = pod("t", gated=False, node_name="n0")
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-29T14:00:05Z"
+    for event, p in (("DELETED", running), ("MODIFIED", done), ("MODIFIED", failed),
+                     ("MODIFIED", terminating)):
         assert settles_batch(event, p, waiting=True)
         # nothing waits for what it freed
         assert not settles_batch(event, p, waiting=False)
