@@ -30,8 +30,8 @@ from admission.controller.api import Json
 def settles_batch(event: str, pod: Json, *, waiting: bool) -> bool:
     """Whether a pod watch event (one that changed the inventory) may bring the next batch
     forward: a pod behind Berth's gate was created while nothing waits, or a pod on a node
-    finished or began to be deleted while gangs wait (``waiting``: gangs were left waiting by the last
-    batch)."""
+    finished or began to be deleted while gangs wait (``waiting``: the last batch left gangs
+    waiting)."""
     if event == "ADDED":
         return not waiting and tr.has_berth_gate(pod)
     on_node = bool((pod.get("spec") or {}).get("nodeName"))
