@@ -12,8 +12,10 @@ undone afterwards.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -77,6 +79,16 @@ class BerthWebhook:
     def stop(self) -> None:
         if self.record is not None:
             processes.stop(self.record, self.proc)
+
+    def metric(self, name: str) -> float | None:
+        """The value of the unlabelled sample ``name`` on the process's /metrics (None: not
+        there)."""
+        ctx = processes.https_context(self.ca)
+        with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/metrics", context=ctx,
+                                    timeout=5) as response:
+            text = response.read().decode()
+        found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+        return float(found.group(1)) if found else None
 
 
 def policy_for(namespaces: Mapping[str, str], out: Path, *, window_seconds: float = 2,

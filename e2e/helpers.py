@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from admission import constants as c
 from admission.devcluster import create_nodes
 from admission.devcluster.berth import BERTH_CLI
 from admission.devcluster.nodes import FakeGpuNode
@@ -41,6 +42,11 @@ def pod_manifest(name: str, *, gpus: int = 0, gates: tuple[str, ...] = (),
         "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
         "spec": spec,
     }
+
+
+def berth_gated(pod: Any) -> bool:
+    """Whether a pod (as the client reads it) is still behind Berth's scheduling gate."""
+    return any(g.name == c.SCHEDULING_GATE for g in pod.spec.scheduling_gates or [])
 
 
 def eventually(fetch: Callable[[], T], check: Callable[[T], bool], *, timeout: float,

@@ -22,7 +22,7 @@ import pytest
 from admission import constants as c
 from e2e.berth import berth_webhook
 from e2e.conftest import E2ECluster
-from e2e.helpers import eventually, gpu_node, pod_manifest
+from e2e.helpers import berth_gated, eventually, gpu_node, pod_manifest
 
 pytestmark = [
     pytest.mark.e2e,
@@ -54,10 +54,6 @@ def _pod(name: str, gpus: int, deadline: int | None) -> dict[str, Any]:
     if deadline is not None:
         manifest["spec"]["activeDeadlineSeconds"] = deadline
     return manifest
-
-
-def _gated(pod: Any) -> bool:
-    return any(g.name == c.SCHEDULING_GATE for g in pod.spec.scheduling_gates or [])
 
 
 def _waiting(pod: Any) -> Any:
@@ -95,11 +91,11 @@ def test_a_gang_that_cannot_fit_is_reserved_and_only_a_short_pod_backfills(
         # the 4 free GPUs are held: a pod without a deadline waits, one that ends in time runs
         core.create_namespaced_pod(ns, _pod("no-deadline", 1, None))
         core.create_namespaced_pod(ns, _pod("short", 1, 600))
-        eventually(lambda: core.read_namespaced_pod("short", ns), lambda p: not _gated(p),
+        eventually(lambda: core.read_namespaced_pod("short", ns), lambda p: not berth_gated(p),
                    timeout=60, what="the short pod to backfill")
         time.sleep(6)  # four more windows
-        assert _gated(core.read_namespaced_pod("no-deadline", ns))
-        assert _gated(core.read_namespaced_pod("big", ns))
+        assert berth_gated(core.read_namespaced_pod("no-deadline", ns))
+        assert berth_gated(core.read_namespaced_pod("big", ns))
 
 
 def _job(name: str, gpus: int, deadline: int) -> dict[str, Any]:
@@ -133,7 +129,7 @@ def test_a_jobs_deadline_shows_on_its_released_pod_and_never_lets_it_backfill(
         batch.create_namespaced_job(ns, _job("timed", 1, 3600))
         try:
             timed = eventually(lambda: _job_pod(core, ns, "timed"),
-                               lambda p: p is not None and not _gated(p),
+                               lambda p: p is not None and not berth_gated(p),
                                timeout=60, what="the timed Job's pod to be released")
         except AssertionError as exc:
             log = "\n".join(hook.log.read_text(errors="replace").splitlines()[-30:])
@@ -157,11 +153,11 @@ def test_a_jobs_deadline_shows_on_its_released_pod_and_never_lets_it_backfill(
         # pod's own deadline cannot, so that pod does
         batch.create_namespaced_job(ns, _job("short-job", 1, 600))
         core.create_namespaced_pod(ns, _pod("short", 1, 600))
-        eventually(lambda: core.read_namespaced_pod("short", ns), lambda p: not _gated(p),
+        eventually(lambda: core.read_namespaced_pod("short", ns), lambda p: not berth_gated(p),
                    timeout=60, what="the short pod to backfill")
         short_job = eventually(lambda: _job_pod(core, ns, "short-job"),
                                lambda p: p is not None, timeout=30,
                                what="the short Job's pod to be created")
         time.sleep(6)  # four more windows
-        assert _gated(core.read_namespaced_pod(short_job.metadata.name, ns))
-        assert _gated(core.read_namespaced_pod("big", ns))
+        assert berth_gated(core.read_namespaced_pod(short_job.metadata.name, ns))
+        assert berth_gated(core.read_namespaced_pod("big", ns))

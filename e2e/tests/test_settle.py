@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import os
 import re
-import ssl
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from admission import constants as c
-from admission.devcluster import processes
 from e2e.berth import BerthWebhook, berth_webhook
 from e2e.conftest import E2ECluster
-from e2e.helpers import eventually, gpu_node, pod_manifest
+from e2e.helpers import berth_gated, eventually, gpu_node, pod_manifest
 
 pytestmark = [
     pytest.mark.e2e,
@@ -53,23 +49,10 @@ def a100_node(cluster: E2ECluster) -> Iterator[str]:
         yield name
 
 
-def _leading(hook: BerthWebhook) -> bool:
-    ctx: ssl.SSLContext = processes.https_context(hook.ca)
-    with urllib.request.urlopen(f"https://127.0.0.1:{hook.port}/metrics", context=ctx,
-                                timeout=5) as response:
-        text = response.read().decode()
-    found = re.search(r"^berth_leader (\S+)$", text, re.MULTILINE)
-    return bool(found) and float(found.group(1)) == 1.0
-
-
 def _batches_leaving_one_waiting(hook: BerthWebhook) -> int:
     """Batch cycles the controller logged with one pending gang and nothing admitted."""
     return len(re.findall(r"\(batch\): gangs \{'pending': 1\} admitted=0",
                           hook.log.read_text(errors="replace")))
-
-
-def _gated(pod: Any) -> bool:
-    return any(g.name == c.SCHEDULING_GATE for g in pod.spec.scheduling_gates or [])
 
 
 def test_a_batch_runs_once_arrivals_settle_and_once_capacity_frees(
@@ -79,7 +62,8 @@ def test_a_batch_runs_once_arrivals_settle_and_once_capacity_frees(
     core = cluster.core
     with berth_webhook(cluster, tmp_path / "berth", tenant_namespaces, serve=True,
                        edit_policy=_policy) as hook:
-        eventually(lambda: _leading(hook), bool, timeout=60, what="berth serve to lead")
+        eventually(lambda: hook.metric("berth_leader"), lambda v: v == 1.0, timeout=60,
+                   what="berth serve to lead")
         time.sleep(2.0)  # its watches have listed: what is created from here on is an event
         # A quiet cluster: the pod goes a settle after it arrives, not at the window's end.
         t0 = time.monotonic()
@@ -94,10 +78,10 @@ def test_a_batch_runs_once_arrivals_settle_and_once_capacity_frees(
         core.create_namespaced_pod(ns, pod_manifest("whole", gpus=8))
         eventually(lambda: _batches_leaving_one_waiting(hook), lambda n: n > seen,
                    timeout=SOON_S, what="a batch to pass the whole-node pod over")
-        assert _gated(core.read_namespaced_pod("whole", ns))
+        assert berth_gated(core.read_namespaced_pod("whole", ns))
         # ...until the first pod's deletion frees its GPUs: then a settle, not the window.
         t1 = time.monotonic()
         core.delete_namespaced_pod("first", ns, grace_period_seconds=0)
-        eventually(lambda: core.read_namespaced_pod("whole", ns), lambda p: not _gated(p),
+        eventually(lambda: core.read_namespaced_pod("whole", ns), lambda p: not berth_gated(p),
                    timeout=WINDOW_S, what="the whole-node pod to be released")
         assert time.monotonic() - t1 < SOON_S, "released at the window, not once capacity freed"

@@ -18,9 +18,6 @@ the apiserver-side scoping (matchConditions, selectors), not what the review the
 from __future__ import annotations
 
 import os
-import re
-import ssl
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +28,6 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from admission import constants as c
-from admission.devcluster import processes
 from admission.devcluster.binaries import REPO_ROOT
 from e2e.berth import GATE, BerthWebhook, berth_webhook
 from e2e.conftest import E2ECluster
@@ -57,13 +53,9 @@ def webhook(cluster: E2ECluster, tenant_namespaces: dict[str, str],
 
 def reviews_seen(hook: BerthWebhook) -> int:
     """How many AdmissionReviews ``berth webhook`` has answered (its /metrics)."""
-    ctx: ssl.SSLContext = processes.https_context(hook.ca)
-    with urllib.request.urlopen(f"https://127.0.0.1:{hook.port}/metrics", context=ctx,
-                                timeout=5) as response:
-        text = response.read().decode()
-    found = re.search(r"^berth_webhook_review_seconds_count (\S+)$", text, re.MULTILINE)
-    assert found, "berth webhook's /metrics has no berth_webhook_review_seconds_count"
-    return int(float(found.group(1)))
+    seen = hook.metric("berth_webhook_review_seconds_count")
+    assert seen is not None, "berth webhook's /metrics has no berth_webhook_review_seconds_count"
+    return int(seen)
 
 
 def create_seen(core: client.CoreV1Api, hook: BerthWebhook, ns: str,
