@@ -329,6 +329,10 @@ def job_manifest(g: ReplayGang, *, deadline_factor: float, labels: Mapping[str, 
         "metadata": {"name": g.name, "labels": {GANG_LABEL: g.name, **labels}},
         "spec": {
             "parallelism": g.pods, "completions": g.pods, "backoffLimit": 6,
+            # No podFailurePolicy, as in every run so far: an evicted pod counts as failed and
+            # the Job makes it again after its back-off (10 s, 20 s, 40 s...). With the rule
+            # docs/reclaim.md recommends (Ignore on DisruptionTarget) Berth's openb figures
+            # were worse (e2e/bench_compare.md, runs 13-14).
             "template": {
                 "metadata": {"labels": {GANG_LABEL: g.name}, "annotations": annotations},
                 "spec": spec}},
@@ -839,8 +843,8 @@ def _replay(workload: Workload, system: System, core: client.CoreV1Api,
         seen = dict(watcher.pods)
     results = gang_results(workload, namespaces, created, seen, end)
     spans = spans_of(workload, namespaces, created, seen)
-    # lost: a gang whose pods all vanished unfinished and whose Job has no pod left to run
-    lost = _lost_pods(core, namespaces, seen)
+    # lost: a gang whose pods all vanished unfinished and whose Job will not run it again
+    lost, lost_gangs = _lost_pods(core, system.batch, namespaces, seen)
     unstarted = {r.key for r in results if not r.settled}
     reasons = waiting_reasons(core, system.batch, namespaces, unstarted)
     waits = [r.start_s - r.arrival_s for r in results if r.start_s is not None]
@@ -871,6 +875,7 @@ def _replay(workload: Workload, system: System, core: client.CoreV1Api,
         "partly_bound": sum(1 for r in results if r.partial_s > args.partial_s),
         "partly_bound_max_s": max((r.partial_s for r in results), default=0.0),
         "pods_lost": lost,
+        "lost_gangs": {g: _job_state(system.batch, g) for g in lost_gangs},
         "waiting_reasons": reasons,
         "waiting_without_reason": sorted(k for k, v in reasons.items() if not v),
         "system_cpu_s": round(own, 1),
@@ -907,10 +912,12 @@ def waiting_reasons(core: client.CoreV1Api, batch: client.BatchV1Api,
     return out
 
 
-def _lost_pods(core: client.CoreV1Api, namespaces: Mapping[str, str],
-               seen: Mapping[str, PodSeen]) -> int:
+def _lost_pods(core: client.CoreV1Api, batch: client.BatchV1Api,
+               namespaces: Mapping[str, str], seen: Mapping[str, PodSeen]
+               ) -> tuple[int, list[str]]:
     """Pods that were deleted unfinished while their Job shows no pod to replace them, nor
-    completion: work nobody will run. A Job's replacement (same gang) makes up for a deletion."""
+    completion, and has given up: work nobody will run; and their gangs. A Job's replacement
+    (same gang) makes up for a deletion."""
     lost = 0
     alive: dict[str, int] = {}
     for ns in namespaces.values():
@@ -925,10 +932,41 @@ def _lost_pods(core: client.CoreV1Api, namespaces: Mapping[str, str],
             gone[p.gang] = gone.get(p.gang, 0) + 1
         if p.succeeded:
             done[p.gang] = done.get(p.gang, 0) + 1
+    gangs = []
     for gang, n in gone.items():
-        if not alive.get(gang) and not done.get(gang):
+        if not alive.get(gang) and not done.get(gang) and _job_gave_up(batch, gang):
             lost += n
-    return lost
+            gangs.append(gang)
+    return lost, sorted(gangs)
+
+
+def _job_gave_up(batch: client.BatchV1Api, gang: str) -> bool:
+    """Whether a gang's Job will not run it again: gone, or finished (Failed, or Complete
+    without a pod seen to succeed). A Job that is neither still makes its pods, maybe after
+    its back-off delay, so its work is not lost."""
+    ns, name = gang.split("/", 1)
+    try:
+        job = batch.read_namespaced_job(name, ns)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return any(c.type in ("Failed", "Complete") and c.status == "True"
+               for c in job.status.conditions or [])
+
+
+def _job_state(batch: client.BatchV1Api, gang: str) -> str:
+    """What a lost gang's Job says of itself (its counts and conditions), for the report."""
+    ns, name = gang.split("/", 1)
+    try:
+        job = batch.read_namespaced_job(name, ns)
+    except client.ApiException as exc:
+        return f"Job not readable: {exc.status} {exc.reason}"
+    st = job.status
+    conds = "; ".join(f"{c.type}={c.status} {c.reason or ''}: {(c.message or '')[:100]}"
+                      for c in st.conditions or [])
+    return (f"active={st.active or 0} succeeded={st.succeeded or 0} failed={st.failed or 0}"
+            + (f"; {conds}" if conds else ""))
 
 
 def _allocation_series(spans: Sequence[PodSpan], capacity_milli: int, end: float
@@ -1141,6 +1179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if row["pods_lost"] or (name in BERTH_SYSTEMS and row["partly_bound"]) or \
                     row["create_failed"] or row["waiting_without_reason"]:
                 failures += 1
+                for gang, why in row.get("lost_gangs", {}).items():
+                    print(f"  {name}: lost {gang}: {why}", flush=True)
                 print(f"  {name}: lost {row['pods_lost']} pods, {row['partly_bound']} gangs "
                       f"partly bound, {row['create_failed']} creates failed "
                       f"{row['first_failures']}, waiting without a reason: "
