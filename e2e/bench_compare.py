@@ -302,8 +302,8 @@ def fake_node(n: Node) -> FakeGpuNode:
 
 
 def job_manifest(g: ReplayGang, *, deadline_factor: float, labels: Mapping[str, str] = {},
-                 pod_annotations: Mapping[str, str] = {}, scheduler: str | None = None
-                 ) -> dict[str, Any]:
+                 pod_annotations: Mapping[str, str] = {}, scheduler: str | None = None,
+                 ignore_disruptions: bool = False) -> dict[str, Any]:
     ms = int(g.duration_s * 1000)
     # kwok's stages start a bound pod at once and end it after its run time
     annotations = {f"{stage}.stage.kwok.x-k8s.io/{key}": "0ms" for stage in KWOK_AT_ONCE
@@ -324,19 +324,23 @@ def job_manifest(g: ReplayGang, *, deadline_factor: float, labels: Mapping[str, 
                 "key": "nvidia.com/gpu.product", "operator": "In", "values": list(g.models)}]}]}}}
     if scheduler:
         spec["schedulerName"] = scheduler
-    return {
+    job: dict[str, Any] = {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": g.name, "labels": {GANG_LABEL: g.name, **labels}},
         "spec": {
             "parallelism": g.pods, "completions": g.pods, "backoffLimit": 6,
-            # No podFailurePolicy, as in every run so far: an evicted pod counts as failed and
-            # the Job makes it again after its back-off (10 s, 20 s, 40 s...). With the rule
-            # docs/reclaim.md recommends (Ignore on DisruptionTarget) Berth's openb figures
-            # were worse (e2e/bench_compare.md, runs 13-14).
             "template": {
                 "metadata": {"labels": {GANG_LABEL: g.name}, "annotations": annotations},
                 "spec": spec}},
     }
+    # Without a podFailurePolicy (runs 1-13) an evicted pod counts as failed and the Job makes
+    # it again after its back-off (10 s, 20 s, 40 s...); with --ignore-disruptions every Job
+    # has the rule docs/reclaim.md recommends and Kubernetes does for preemptible Jobs: a pod
+    # with DisruptionTarget is replaced at once and not counted.
+    if ignore_disruptions:
+        job["spec"]["podFailurePolicy"] = {"rules": [{
+            "action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    return job
 
 
 class System:
@@ -356,8 +360,13 @@ class System:
     def running(self) -> Iterator[None]:
         yield
 
+    def manifest(self, g: ReplayGang, **kw: Any) -> dict[str, Any]:
+        """``g``'s Job as every system makes it (``kw``: its own labels, annotations...)."""
+        return job_manifest(g, deadline_factor=self.args.deadline_factor,
+                            ignore_disruptions=self.args.ignore_disruptions, **kw)
+
     def job(self, g: ReplayGang) -> dict[str, Any]:
-        return job_manifest(g, deadline_factor=self.args.deadline_factor)
+        return self.manifest(g)
 
     def submit(self, g: ReplayGang) -> None:
         self.batch.create_namespaced_job(self.namespaces[g.tenant], self.job(g))
@@ -478,8 +487,7 @@ class Kueue(System):
             yield
 
     def job(self, g: ReplayGang) -> dict[str, Any]:
-        return job_manifest(g, deadline_factor=self.args.deadline_factor,
-                            labels={c.KUEUE_QUEUE_LABEL: QUEUE})
+        return self.manifest(g, labels={c.KUEUE_QUEUE_LABEL: QUEUE})
 
 
 VOLCANO_CONF = """\
@@ -530,9 +538,8 @@ class Volcano(System):
             "metadata": {"name": g.name},
             "spec": {"minMember": g.pods, "queue": g.tenant,
                      "minResources": {"nvidia.com/gpu": str(g.gpu_total)}}})
-        self.batch.create_namespaced_job(ns, job_manifest(
-            g, deadline_factor=self.args.deadline_factor, scheduler="volcano",
-            pod_annotations={c.VOLCANO_GROUP_ANNOTATION: g.name}))
+        self.batch.create_namespaced_job(ns, self.manifest(
+            g, scheduler="volcano", pod_annotations={c.VOLCANO_GROUP_ANNOTATION: g.name}))
 
 
 def berth_policy(workload: Workload, namespaces: Mapping[str, str], *, backend: str,
@@ -605,8 +612,7 @@ class Berth(System):
         annotations = {c.ANNOTATION_GANG_SIZE: str(g.pods)}
         if g.models:
             annotations[c.ANNOTATION_GPU_MODELS] = ",".join(g.models)
-        return job_manifest(g, deadline_factor=self.args.deadline_factor,
-                            pod_annotations=annotations)
+        return self.manifest(g, pod_annotations=annotations)
 
 
 class BerthKueue(Berth):
@@ -631,6 +637,7 @@ class PodSeen:
     ended: float | None = None
     succeeded: bool = False
     deleted: bool = False
+    disrupted: bool = False  # carried DisruptionTarget True (preempted, reclaimed, evicted)
 
 
 @dataclass
@@ -684,6 +691,9 @@ class Watcher:
                 seen.succeeded = phase == "Succeeded"
                 if seen.running is None:  # ran and ended between two events
                     seen.running = now
+            if any(cond.get("type") == "DisruptionTarget" and cond.get("status") == "True"
+                   for cond in status.get("conditions") or ()):
+                seen.disrupted = True
             if deleted:
                 seen.deleted = True
                 if seen.ended is None:
@@ -743,6 +753,17 @@ def gang_results(workload: Workload, namespaces: Mapping[str, str], created: Map
         out.append(GangResult(key, g.tenant, g.pods, g.gpus, arrival, start, partial,
                               ran_apart=start is None and ran >= g.pods))
     return out
+
+
+def disruptions(seen: Mapping[str, PodSeen]) -> dict[str, int]:
+    """Pods that ran and were disrupted (DisruptionTarget: reclaimed, preempted, evicted), the
+    gangs they belonged to, and the most pods any one gang lost that way."""
+    per_gang: dict[str, int] = {}
+    for p in seen.values():
+        if p.disrupted and p.running is not None and not p.succeeded:
+            per_gang[p.gang] = per_gang.get(p.gang, 0) + 1
+    return {"pods_disrupted": sum(per_gang.values()), "gangs_disrupted": len(per_gang),
+            "most_pods_disrupted_in_a_gang": max(per_gang.values(), default=0)}
 
 
 def spans_of(workload: Workload, namespaces: Mapping[str, str], created: Mapping[str, float],
@@ -875,6 +896,7 @@ def _replay(workload: Workload, system: System, core: client.CoreV1Api,
         "partly_bound": sum(1 for r in results if r.partial_s > args.partial_s),
         "partly_bound_max_s": max((r.partial_s for r in results), default=0.0),
         "pods_lost": lost,
+        **disruptions(seen),
         "lost_gangs": {g: _job_state(system.batch, g) for g in lost_gangs},
         "waiting_reasons": reasons,
         "waiting_without_reason": sorted(k for k, v in reasons.items() if not v),
@@ -1045,17 +1067,22 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def detail_tables(rows: Sequence[dict[str, Any]], tenants: Sequence[str]) -> list[str]:
-    """Each tenant's GPU time over its fair share, and the p99 wait by gang size."""
+    """Each tenant's GPU time over its fair share, the p99 wait by gang size, and the pods
+    disrupted (reclaimed or preempted) after they ran (rows saved before it was counted: -)."""
     real = [r for r in rows if "tenants" in r]
     sizes = sorted({k for r in real for k in r["wait_by_size_p99_s"]})
     out = ["| system | " + " | ".join(f"{t} / fair" for t in tenants) + " | "
-           + " | ".join(f"p99 wait {k} s" for k in sizes) + " |",
-           "|" + "---|" * (1 + len(tenants) + len(sizes))]
+           + " | ".join(f"p99 wait {k} s" for k in sizes)
+           + " | pods disrupted (gangs, most in one gang) |",
+           "|" + "---|" * (2 + len(tenants) + len(sizes))]
     for r in real:
+        hit = "-" if "pods_disrupted" not in r else (
+            f"{r['pods_disrupted']} ({r['gangs_disrupted']}, "
+            f"{r['most_pods_disrupted_in_a_gang']})")
         out.append(f"| {r['system']} | "
                    + " | ".join(_f(r["tenants"][t]["fair_ratio"], ".2f") for t in tenants)
                    + " | " + " | ".join(_f(r["wait_by_size_p99_s"].get(k)) for k in sizes)
-                   + " |")
+                   + f" | {hit} |")
     return out
 
 
@@ -1109,6 +1136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--openb-pods", type=int, default=200)
     ap.add_argument("--openb-load", type=float, default=1.3)
     ap.add_argument("--deadline-factor", type=float, default=1.5)
+    ap.add_argument("--ignore-disruptions", action="store_true",
+                    help="every Job replaces a pod with DisruptionTarget at once, not counting "
+                    "it (podFailurePolicy Ignore, as docs/reclaim.md recommends); default: the "
+                    "Jobs of runs 1-13, which count it and back off")
     ap.add_argument("--drain-s", type=float, default=300,
                     help="after the last arrival, wait at most this long for every gang to "
                     "start")
@@ -1174,6 +1205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(row)
             brief = {k: row[k] for k in ("started", "never_started", "wait_s", "gpu_allocated",
                                          "worst_fair_ratio", "partly_bound", "pods_lost",
+                                         "pods_disrupted", "gangs_disrupted",
                                          "system_cpu_s", "wall_s")}
             print(f"  {name}: {json.dumps(brief)}", flush=True)
             if row["pods_lost"] or (name in BERTH_SYSTEMS and row["partly_bound"]) or \

@@ -47,8 +47,8 @@ def _gang(**kw: object) -> bc.ReplayGang:
     return bc.ReplayGang(**base)  # type: ignore[arg-type]
 
 
-def _args() -> argparse.Namespace:
-    return argparse.Namespace(deadline_factor=1.5)
+def _args(*, ignore_disruptions: bool = False) -> argparse.Namespace:
+    return argparse.Namespace(deadline_factor=1.5, ignore_disruptions=ignore_disruptions)
 
 
 def test_every_system_gets_the_same_pods_in_its_own_vocabulary() -> None:
@@ -73,6 +73,17 @@ def test_every_system_gets_the_same_pods_in_its_own_vocabulary() -> None:
     v = bc.job_manifest(g, deadline_factor=1.5, scheduler="volcano",
                         pod_annotations={c.VOLCANO_GROUP_ANNOTATION: g.name})
     assert v["spec"]["template"]["spec"]["schedulerName"] == "volcano"
+    assert not any("podFailurePolicy" in j["spec"] for j in (plain, k, v, berth.job(g)))
+
+
+@pytest.mark.parametrize("system", ["kube-scheduler", "kueue", "berth", "berth-kueue"])
+def test_ignore_disruptions_gives_every_system_s_jobs_the_rule(system: str) -> None:
+    sys_ = bc.SYSTEM_CLASSES[system].__new__(bc.SYSTEM_CLASSES[system])
+    sys_.args = _args(ignore_disruptions=True)
+    job = sys_.job(_gang())
+    assert job["spec"]["podFailurePolicy"] == {"rules": [{
+        "action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    assert job["spec"]["backoffLimit"] == 6  # failures of any other kind still count
 
 
 @pytest.mark.parametrize("backend", ["standalone", "kueue"])
@@ -167,3 +178,18 @@ def test_kueue_one_flavor_is_every_gpu_node_unlabelled() -> None:
     [(flavor, model, nodes)] = bc.kueue_flavors(wl, one_flavor=True)
     assert (flavor, model) == ("gpu", None)
     assert sum(len(n.gpus) for n in nodes) == wl.capacity_gpus
+
+
+def test_disruptions_count_pods_that_ran_and_were_disrupted() -> None:
+    seen = {
+        "a/0": bc.PodSeen("a/g", running=1.0, ended=5.0, disrupted=True),
+        "a/1": bc.PodSeen("a/g", running=1.0, ended=5.0, disrupted=True),
+        "a/2": bc.PodSeen("a/g", running=6.0, ended=9.0, succeeded=True),
+        "a/3": bc.PodSeen("a/h", running=2.0, ended=3.0, disrupted=True),
+        "a/4": bc.PodSeen("a/h", disrupted=True),  # disrupted before it ran: nothing lost
+        "a/5": bc.PodSeen("a/k", running=2.0, ended=3.0),  # ended unfinished, not disrupted
+    }
+    assert bc.disruptions(seen) == {"pods_disrupted": 3, "gangs_disrupted": 2,
+                                    "most_pods_disrupted_in_a_gang": 2}
+    assert bc.disruptions({}) == {"pods_disrupted": 0, "gangs_disrupted": 0,
+                                  "most_pods_disrupted_in_a_gang": 0}
