@@ -7,7 +7,10 @@ same tenants (one namespace each) and the same gangs at the same (compressed) ar
 gang is a batch/v1 Job of ``pods`` pods (parallelism = completions), each pod asking for whole
 GPUs; kwok runs a pod for its run time and then completes it (its ``pod-complete`` stage with
 the delay in the pod's ``pod-complete.stage.kwok.x-k8s.io/delay`` annotation), so queues drain
-and capacity frees as in a real cluster. Each system gets the gangs in its own vocabulary:
+and capacity frees as in a real cluster; a pod being deleted (evicted, preempted, its Job
+suspended) ends Failed at once, as the kubelet stops it (:data:`POD_TERMINATE_STAGE`), and its
+Job counts it or, with ``--ignore-disruptions`` (podFailurePolicy Ignore on DisruptionTarget),
+makes it again without counting it. Each system gets the gangs in its own vocabulary:
 
 - ``kube-scheduler``: the Jobs as they are.
 - ``kueue``: Kueue (batch/job integration) with one ResourceFlavor per GPU model (node label
@@ -55,7 +58,9 @@ each tenant's GPU time against its weighted max-min fair share while backlogged
 (:func:`solver.simulate.metrics.span_figures`, the timed simulator's definitions); gangs ever
 partly bound for more than ``--partial-s`` seconds (some pods bound, others not: a deadlock
 risk); gangs never started; pods lost (a pod that vanished unfinished with nothing to replace
-it); CPU seconds of the system's own processes and of kube-scheduler.
+it); pods disrupted after they ran (reclaimed, preempted, evicted: ``DisruptionTarget``), their
+gangs and the most in one gang; CPU seconds of the system's own processes and of
+kube-scheduler.
 
 The same workload through the timed simulator (``simulate_timed``, Berth's engine with the
 policy Berth served, the same window and time limit): its prediction of Berth's waits and
@@ -267,9 +272,61 @@ def openb_workload(nodes_n: int, pods_n: int, load: float, compress: float) -> W
 # ------------------------------------------------------------------------------------------
 
 
+#: What the kubelet does to a pod being deleted that something still holds by a finalizer (a
+#: Job's ``batch.kubernetes.io/job-tracking``): it stops the containers within the grace period
+#: and the pod ends Failed; the owner then counts it (a Job's podFailurePolicy sees it), removes
+#: its finalizer, and kwok's pod-delete stage deletes it. kwok's general stages have no such
+#: step (their pod-delete waits for the finalizers to go, which the Job controller removes only
+#: from a pod that ended), so without it an evicted or preempted Job pod kept running until its
+#: pod-complete delay and then counted as Succeeded (found 2026-12-05; every run before, 1-14,
+#: had that: an eviction freed nothing until the victim's run ended).
+POD_TERMINATE_STAGE = """\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: bench-pod-terminate
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+    - key: '.metadata.finalizers'
+      operator: 'Exists'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Pending', 'Running']
+  delay:
+    durationMilliseconds: 0
+    jitterDurationFrom:
+      expressionFrom: '.metadata.deletionTimestamp'
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 137
+            finishedAt: {{ $now | Quote }}
+            reason: Error
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: Failed
+"""
+
+
 def kwok_pod_stages() -> tuple[str, ...]:
     """kwok's own "general" pod stages (pod-complete after the delay its annotation gives),
-    read from the kwok module at the pinned version in the Go module cache."""
+    read from the kwok module at the pinned version in the Go module cache, and
+    :data:`POD_TERMINATE_STAGE`."""
     version = read_versions()["KWOK_VERSION"]
     out = subprocess.run(["go", "mod", "download", "-json", f"sigs.k8s.io/kwok@{version}"],
                          capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir(),
@@ -282,7 +339,7 @@ def kwok_pod_stages() -> tuple[str, ...]:
     docs = tuple(p.read_text() for p in sorted(stages.glob("pod-*.yaml")))
     if not any("pod-complete" in d for d in docs):
         raise SystemExit(f"no pod-complete stage in {stages}")
-    return docs
+    return (*docs, POD_TERMINATE_STAGE)
 
 
 def fake_node(n: Node) -> FakeGpuNode:
