@@ -58,9 +58,9 @@ each tenant's GPU time against its weighted max-min fair share while backlogged
 (:func:`solver.simulate.metrics.span_figures`, the timed simulator's definitions); gangs ever
 partly bound for more than ``--partial-s`` seconds (some pods bound, others not: a deadlock
 risk); gangs never started; pods lost (a pod that vanished unfinished with nothing to replace
-it); pods disrupted after they ran (reclaimed, preempted, evicted: ``DisruptionTarget``), their
-gangs and the most in one gang; CPU seconds of the system's own processes and of
-kube-scheduler.
+it); pods disrupted after they ran (ended without succeeding: reclaimed, preempted, evicted,
+their Job suspended), their gangs and the most in one gang; CPU seconds of the system's own
+processes and of kube-scheduler.
 
 The same workload through the timed simulator (``simulate_timed``, Berth's engine with the
 policy Berth served, the same window and time limit): its prediction of Berth's waits and
@@ -390,10 +390,10 @@ def job_manifest(g: ReplayGang, *, deadline_factor: float, labels: Mapping[str, 
                 "metadata": {"labels": {GANG_LABEL: g.name}, "annotations": annotations},
                 "spec": spec}},
     }
-    # Without a podFailurePolicy (runs 1-13) an evicted pod counts as failed and the Job makes
-    # it again after its back-off (10 s, 20 s, 40 s...); with --ignore-disruptions every Job
-    # has the rule docs/reclaim.md recommends and Kubernetes does for preemptible Jobs: a pod
-    # with DisruptionTarget is replaced at once and not counted.
+    # Without a podFailurePolicy (runs 1-15) an evicted pod counts as failed towards
+    # backoffLimit; with --ignore-disruptions every Job has the rule docs/reclaim.md recommends
+    # and Kubernetes does for preemptible Jobs: a pod with DisruptionTarget is not counted.
+    # Either way the Job makes it again after its back-off (10 s, 20 s, 40 s...).
     if ignore_disruptions:
         job["spec"]["podFailurePolicy"] = {"rules": [{
             "action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
@@ -694,7 +694,6 @@ class PodSeen:
     ended: float | None = None
     succeeded: bool = False
     deleted: bool = False
-    disrupted: bool = False  # carried DisruptionTarget True (preempted, reclaimed, evicted)
 
 
 @dataclass
@@ -748,9 +747,6 @@ class Watcher:
                 seen.succeeded = phase == "Succeeded"
                 if seen.running is None:  # ran and ended between two events
                     seen.running = now
-            if any(cond.get("type") == "DisruptionTarget" and cond.get("status") == "True"
-                   for cond in status.get("conditions") or ()):
-                seen.disrupted = True
             if deleted:
                 seen.deleted = True
                 if seen.ended is None:
@@ -813,11 +809,13 @@ def gang_results(workload: Workload, namespaces: Mapping[str, str], created: Map
 
 
 def disruptions(seen: Mapping[str, PodSeen]) -> dict[str, int]:
-    """Pods that ran and were disrupted (DisruptionTarget: reclaimed, preempted, evicted), the
-    gangs they belonged to, and the most pods any one gang lost that way."""
+    """Pods that ran and ended without succeeding (reclaimed, preempted, evicted, their Job
+    suspended: kwok ends a pod only by completing it or, once it is deleted, by failing it),
+    the gangs they belonged to, and the most pods any one gang lost that way. (Runs 15-16
+    counted only pods that carried ``DisruptionTarget``, which a suspended Job's pods do not.)"""
     per_gang: dict[str, int] = {}
     for p in seen.values():
-        if p.disrupted and p.running is not None and not p.succeeded:
+        if p.running is not None and p.ended is not None and not p.succeeded:
             per_gang[p.gang] = per_gang.get(p.gang, 0) + 1
     return {"pods_disrupted": sum(per_gang.values()), "gangs_disrupted": len(per_gang),
             "most_pods_disrupted_in_a_gang": max(per_gang.values(), default=0)}
@@ -1194,9 +1192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--openb-load", type=float, default=1.3)
     ap.add_argument("--deadline-factor", type=float, default=1.5)
     ap.add_argument("--ignore-disruptions", action="store_true",
-                    help="every Job replaces a pod with DisruptionTarget at once, not counting "
-                    "it (podFailurePolicy Ignore, as docs/reclaim.md recommends); default: the "
-                    "Jobs of runs 1-13, which count it and back off")
+                    help="every Job's podFailurePolicy ignores a pod with DisruptionTarget "
+                    "(not counted towards backoffLimit, as docs/reclaim.md recommends); "
+                    "default: the Jobs of runs 1-15, which count it")
     ap.add_argument("--drain-s", type=float, default=300,
                     help="after the last arrival, wait at most this long for every gang to "
                     "start")

@@ -180,14 +180,15 @@ def test_kueue_one_flavor_is_every_gpu_node_unlabelled() -> None:
     assert sum(len(n.gpus) for n in nodes) == wl.capacity_gpus
 
 
-def test_disruptions_count_pods_that_ran_and_were_disrupted() -> None:
+def test_disruptions_count_pods_that_ran_and_ended_without_succeeding() -> None:
     seen = {
-        "a/0": bc.PodSeen("a/g", running=1.0, ended=5.0, disrupted=True),
-        "a/1": bc.PodSeen("a/g", running=1.0, ended=5.0, disrupted=True),
+        "a/0": bc.PodSeen("a/g", running=1.0, ended=5.0, deleted=True),
+        "a/1": bc.PodSeen("a/g", running=1.0, ended=5.0),
         "a/2": bc.PodSeen("a/g", running=6.0, ended=9.0, succeeded=True),
-        "a/3": bc.PodSeen("a/h", running=2.0, ended=3.0, disrupted=True),
-        "a/4": bc.PodSeen("a/h", disrupted=True),  # disrupted before it ran: nothing lost
-        "a/5": bc.PodSeen("a/k", running=2.0, ended=3.0),  # ended unfinished, not disrupted
+        "a/3": bc.PodSeen("a/h", running=2.0, ended=3.0),
+        "a/4": bc.PodSeen("a/h", ended=3.0, deleted=True),  # gone before it ran: none lost
+        "a/5": bc.PodSeen("a/k", running=2.0),  # still running
+        "a/6": bc.PodSeen("a/k", running=2.0, ended=8.0, succeeded=True, deleted=True),
     }
     assert bc.disruptions(seen) == {"pods_disrupted": 3, "gangs_disrupted": 2,
                                     "most_pods_disrupted_in_a_gang": 2}
