@@ -20,6 +20,7 @@ import pytest
 from kubernetes import client, config
 
 from e2e import bench_compare as bc
+from e2e.helpers import eventually
 
 pytestmark = [
     pytest.mark.e2e,
@@ -60,22 +61,12 @@ def _pods(core: client.CoreV1Api, job: str) -> list[Any]:
     return core.list_namespaced_pod(NS, label_selector=f"job-name={job}").items
 
 
-def _wait(what: str, check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.25)
-    raise AssertionError(f"not within {timeout:g} s: {what}")
-
-
 def test_a_job_pod_runs_its_time_and_succeeds(api: client.ApiClient) -> None:
     batch = client.BatchV1Api(api)
     batch.create_namespaced_job(NS, _job("runs", run_s=3.0, ignore=False))
     started = time.monotonic()
-    _wait("the Job completes", lambda: (batch.read_namespaced_job("runs", NS).status.succeeded
-                                        or 0) == 1, timeout=30)
+    eventually(lambda: batch.read_namespaced_job("runs", NS).status,
+               lambda st: (st.succeeded or 0) == 1, timeout=30, what="the Job completes")
     assert time.monotonic() - started >= 2.5  # ran its time, not ended at once
 
 
@@ -85,20 +76,20 @@ def test_an_evicted_job_pod_ends_failed_and_its_job_makes_it_again(
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     name = f"evicted-{'ignore' if ignore else 'counted'}"
     batch.create_namespaced_job(NS, _job(name, run_s=RUN_S, ignore=ignore))
-    first = _wait("the pod runs", lambda: [p for p in _pods(core, name)
-                                           if p.status.phase == "Running"])[0]
+    first = eventually(lambda: [p for p in _pods(core, name) if p.status.phase == "Running"],
+                       bool, timeout=60, what="the pod runs")[0]
     pod = first.metadata.name
     core.create_namespaced_pod_eviction(pod, NS, {"metadata": {"name": pod, "namespace": NS}})
     evicted_at = time.monotonic()
     # the evicted pod is gone (Failed, its finalizer removed by the Job, deleted), long before
     # its run time would have ended it
-    _wait(f"evicted pod {pod} is deleted",
-          lambda: pod not in {p.metadata.name for p in _pods(core, name)}, timeout=RUN_S / 2)
+    eventually(lambda: {p.metadata.name for p in _pods(core, name)}, lambda names: pod not in names,
+               timeout=RUN_S / 2, what=f"evicted pod {pod} is deleted")
     assert time.monotonic() - evicted_at < RUN_S / 2
     status = batch.read_namespaced_job(name, NS).status
     assert (status.succeeded or 0) == 0, "the evicted pod counted as a success"
     assert (status.failed or 0) == (0 if ignore else 1), status
     # and its Job makes it again (after its back-off where the failure counts)
-    again = _wait("a replacement pod", lambda: [p for p in _pods(core, name)
-                                                if p.metadata.name != pod], timeout=45)
+    again = eventually(lambda: [p for p in _pods(core, name) if p.metadata.name != pod],
+                       bool, timeout=45, what="a replacement pod")
     assert again[0].metadata.deletion_timestamp is None
