@@ -390,7 +390,7 @@ def job_manifest(g: ReplayGang, *, deadline_factor: float, labels: Mapping[str, 
                 "metadata": {"labels": {GANG_LABEL: g.name}, "annotations": annotations},
                 "spec": spec}},
     }
-    # Without a podFailurePolicy (runs 1-15) an evicted pod counts as failed towards
+    # Without a podFailurePolicy (every run but 16) an evicted pod counts as failed towards
     # backoffLimit; with --ignore-disruptions every Job has the rule docs/reclaim.md recommends
     # and Kubernetes does for preemptible Jobs: a pod with DisruptionTarget is not counted.
     # Either way the Job makes it again after its back-off (10 s, 20 s, 40 s...).
@@ -1194,7 +1194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ignore-disruptions", action="store_true",
                     help="every Job's podFailurePolicy ignores a pod with DisruptionTarget "
                     "(not counted towards backoffLimit, as docs/reclaim.md recommends); "
-                    "default: the Jobs of runs 1-15, which count it")
+                    "default: the Jobs of every run but 16, which count it")
     ap.add_argument("--drain-s", type=float, default=300,
                     help="after the last arrival, wait at most this long for every gang to "
                     "start")
