@@ -952,7 +952,7 @@ def _replay(workload: Workload, system: System, core: client.CoreV1Api,
         "partly_bound_max_s": max((r.partial_s for r in results), default=0.0),
         "pods_lost": lost,
         **disruptions(seen),
-        "lost_gangs": {g: _job_state(system.batch, g) for g in lost_gangs},
+        "lost_gangs": lost_gangs,
         "waiting_reasons": reasons,
         "waiting_without_reason": sorted(k for k, v in reasons.items() if not v),
         "system_cpu_s": round(own, 1),
@@ -991,10 +991,10 @@ def waiting_reasons(core: client.CoreV1Api, batch: client.BatchV1Api,
 
 def _lost_pods(core: client.CoreV1Api, batch: client.BatchV1Api,
                namespaces: Mapping[str, str], seen: Mapping[str, PodSeen]
-               ) -> tuple[int, list[str]]:
+               ) -> tuple[int, dict[str, str]]:
     """Pods that were deleted unfinished while their Job shows no pod to replace them, nor
-    completion, and has given up: work nobody will run; and their gangs. A Job's replacement
-    (same gang) makes up for a deletion."""
+    completion, and has given up: work nobody will run; and their gangs, each with what its
+    Job says of itself. A Job's replacement (same gang) makes up for a deletion."""
     lost = 0
     alive: dict[str, int] = {}
     for ns in namespaces.values():
@@ -1009,36 +1009,35 @@ def _lost_pods(core: client.CoreV1Api, batch: client.BatchV1Api,
             gone[p.gang] = gone.get(p.gang, 0) + 1
         if p.succeeded:
             done[p.gang] = done.get(p.gang, 0) + 1
-    gangs = []
-    for gang, n in gone.items():
-        if not alive.get(gang) and not done.get(gang) and _job_gave_up(batch, gang):
+    gangs: dict[str, str] = {}
+    for gang, n in sorted(gone.items()):
+        if alive.get(gang) or done.get(gang):
+            continue
+        ns, name = gang.split("/", 1)
+        try:
+            job = batch.read_namespaced_job(name, ns)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            job = None
+        if job is None or _job_gave_up(job):
             lost += n
-            gangs.append(gang)
-    return lost, sorted(gangs)
+            gangs[gang] = _job_state(job)
+    return lost, gangs
 
 
-def _job_gave_up(batch: client.BatchV1Api, gang: str) -> bool:
-    """Whether a gang's Job will not run it again: gone, or finished (Failed, or Complete
-    without a pod seen to succeed). A Job that is neither still makes its pods, maybe after
-    its back-off delay, so its work is not lost."""
-    ns, name = gang.split("/", 1)
-    try:
-        job = batch.read_namespaced_job(name, ns)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
+def _job_gave_up(job: client.V1Job) -> bool:
+    """Whether a Job will not run its gang again: finished (Failed, or Complete without a pod
+    seen to succeed). A Job that is neither still makes its pods, maybe after its back-off
+    delay, so its work is not lost."""
     return any(c.type in ("Failed", "Complete") and c.status == "True"
                for c in job.status.conditions or [])
 
 
-def _job_state(batch: client.BatchV1Api, gang: str) -> str:
+def _job_state(job: client.V1Job | None) -> str:
     """What a lost gang's Job says of itself (its counts and conditions), for the report."""
-    ns, name = gang.split("/", 1)
-    try:
-        job = batch.read_namespaced_job(name, ns)
-    except client.ApiException as exc:
-        return f"Job not readable: {exc.status} {exc.reason}"
+    if job is None:
+        return "Job gone"
     st = job.status
     conds = "; ".join(f"{c.type}={c.status} {c.reason or ''}: {(c.message or '')[:100]}"
                       for c in st.conditions or [])

@@ -25,7 +25,8 @@ from e2e.helpers import eventually
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(bool(os.environ.get("BERTH_E2E_KUBECONFIG")),
-                       reason="starts its own control plane with the harness's kwok stages"),
+                       reason="checks the stages of the harness's own local control plane; "
+                       "against an existing cluster no local control plane is started"),
 ]
 
 NS = "stages"

@@ -194,3 +194,22 @@ def test_disruptions_count_pods_that_ran_and_ended_without_succeeding() -> None:
                                     "most_pods_disrupted_in_a_gang": 2}
     assert bc.disruptions({}) == {"pods_disrupted": 0, "gangs_disrupted": 0,
                                   "most_pods_disrupted_in_a_gang": 0}
+
+
+def test_a_lost_gang_s_job_has_given_up_only_once_it_finished() -> None:
+    from kubernetes import client
+
+    def job(*conds: tuple[str, str]) -> client.V1Job:
+        return client.V1Job(status=client.V1JobStatus(
+            active=0, failed=3, conditions=[client.V1JobCondition(type=t, status=v)
+                                            for t, v in conds]))
+
+    backing_off = job()  # no condition: it makes the pod again after its back-off
+    assert not bc._job_gave_up(backing_off)
+    assert not bc._job_gave_up(job(("Failed", "False")))
+    assert bc._job_gave_up(job(("Failed", "True")))
+    assert bc._job_gave_up(job(("Complete", "True")))
+    assert bc._job_state(backing_off) == "active=0 succeeded=0 failed=3"
+    assert bc._job_state(None) == "Job gone"
+    assert bc._job_state(job(("Failed", "True"))).startswith("active=0 succeeded=0 failed=3; "
+                                                             "Failed=True")
