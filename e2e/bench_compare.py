@@ -985,8 +985,33 @@ def waiting_reasons(core: client.CoreV1Api, batch: client.BatchV1Api,
             for cond in pod.status.conditions or []:
                 if cond.status != "True" and (cond.reason or cond.message):
                     why.append(f"{cond.type}: {cond.reason}: {(cond.message or '')[:120]}")
+            if any(g.startswith("kueue.x-k8s.io/") for g in gates):
+                why.extend(kueue_workload_says(core.api_client, ns, pod.metadata.uid))
         out[key] = "; ".join(dict.fromkeys(why))
     return out
+
+
+def kueue_workload_says(api: client.ApiClient, namespace: str, pod_uid: str) -> list[str]:
+    """What the Kueue Workload that owns a gated pod says of itself (a pod group's Workload
+    lists every pod as an owner): ``Workload <name>: <type>=<status>: <reason>: <message>``
+    for its QuotaReserved condition and every condition that is not True; empty when no
+    Workload owns the pod yet or Kueue's API is absent."""
+    group, version = dk.KUEUE_API.split("/", 1)
+    try:
+        items = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            group, version, namespace, "workloads")["items"]
+    except client.ApiException:
+        return []
+    says = []
+    for wl in items:
+        if not any(o.get("uid") == pod_uid for o in wl["metadata"].get("ownerReferences", [])):
+            continue
+        for cond in wl.get("status", {}).get("conditions", []):
+            if cond.get("status") != "True" or cond.get("type") == "QuotaReserved":
+                says.append(f"Workload {wl['metadata']['name']}: {cond.get('type')}="
+                            f"{cond.get('status')}: {cond.get('reason')}: "
+                            f"{(cond.get('message') or '')[:200]}")
+    return says
 
 
 def _lost_pods(core: client.CoreV1Api, batch: client.BatchV1Api,

@@ -10,6 +10,11 @@ real Kueue v0.14 and v0.19 managers (e2e/tests/test_berth_kueue.py):
   in name order, and ``berth`` sorts before ``kueue-mutating-webhook-configuration``.
 - With its TopologyAwareScheduling feature on (its default), Kueue adds a second gate,
   ``kueue.x-k8s.io/topology``, and lifts both in one update when it admits without a topology.
+- From v0.19 Kueue never requeues a preempted Workload owned by one pod
+  (``SkipReassignmentForPodOwnedWorkloads``, on by default) and does not stop a pod that still
+  carries its gate, so a single pod preempted between Kueue's quota reservation and its
+  ungating stays gated forever; Kueue must run with that gate off in front of Berth
+  (docs/troubleshooting.md; admission.devcluster.kueue.POD_INTEGRATION_GATES).
 
 Order and who decides what:
 

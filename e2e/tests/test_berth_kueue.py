@@ -28,6 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from admission import constants as c
 from admission.controller import keys
+from admission.devcluster import kueue as dk
 from admission.devcluster.processes import ProcessRecord
 from e2e.berth import BerthWebhook, berth_serve_as_deployed
 from e2e.conftest import E2ECluster
@@ -250,6 +251,111 @@ def test_over_kueue_quota_a_pod_waits_for_kueue_and_berth_holds_nothing_for_it(
     assert ran.spec.node_name == ran.metadata.annotations[c.ANNOTATION_ASSIGNED_NODE]
     waiting = _waiting(ran)
     assert waiting is None or waiting.status == "False", waiting
+
+
+HELD_CHECK = "berth.dev/e2e-never-answered"  # an AdmissionCheck controller nobody runs
+
+
+@pytest.fixture
+def kueue_held(cluster: E2ECluster, tenant_namespaces: dict[str, str],
+               tmp_path: Path) -> Iterator[tuple[ProcessRecord, str]]:
+    """Kueue (as the devcluster starts it) with team-a's queue behind an AdmissionCheck that is
+    Active but never answers: a Workload gets its quota reserved and its pod keeps Kueue's
+    gates, as in the moment between Kueue's reservation and its ungating. The ClusterQueue
+    preempts lower priorities; yields the manager and the name of a WorkloadPriorityClass
+    above the default."""
+    ns = tenant_namespaces["team-a"]
+    suffix = ns[-5:]
+    check, high = f"held-{suffix}", f"high-{suffix}"
+    with kueue_manager(cluster, tmp_path / "kueue", ns, frameworks=("pod",)) as record:
+        checks = dk.kube.resource(cluster.api, KUEUE_V, "AdmissionCheck")
+        classes = dk.kube.resource(cluster.api, KUEUE_V, "WorkloadPriorityClass")
+        checks.create(body={"apiVersion": KUEUE_V, "kind": "AdmissionCheck",
+                            "metadata": {"name": check},
+                            "spec": {"controllerName": HELD_CHECK}})
+        # What the check's controller would say: it is ready to answer (it never will).
+        checks.status.patch(name=check, content_type="application/merge-patch+json", body={
+            "status": {"conditions": [{
+                "type": "Active", "status": "True", "reason": "Active", "message": "e2e",
+                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]}})
+        classes.create(body={"apiVersion": KUEUE_V, "kind": "WorkloadPriorityClass",
+                             "metadata": {"name": high}, "value": 1000})
+        made = dk.create_gpu_queue(cluster.api, dk.GpuQueue(
+            cluster_queue=f"cq-{suffix}", flavor=f"gpu-{suffix}", gpus=KUEUE_GPUS,
+            local=QUEUE, namespaces=(ns,), admission_checks=(check,),
+            preemption={"withinClusterQueue": "LowerPriority"}))
+        try:
+            yield record, high
+        finally:
+            _delete_pods_while_kueue_runs(cluster, ns)
+            dk.delete_gpu_queue(cluster.api, made)
+            classes.delete(name=high)
+            checks.delete(name=check)
+
+
+@pytest.fixture
+def berth_held(cluster: E2ECluster, tenant_namespaces: dict[str, str],
+               kueue_held: tuple[ProcessRecord, str], tmp_path: Path) -> Iterator[BerthWebhook]:
+    with berth_serve_as_deployed(cluster, tmp_path / "berth", tenant_namespaces,
+                                 components=("kueue",), edit_policy=_kueue_backend) as hook:
+        yield hook
+
+
+def _workload_of(cluster: E2ECluster, ns: str, pod: str) -> Any:
+    uid = cluster.core.read_namespaced_pod(pod, ns).metadata.uid
+    return next((w for w in _workloads(cluster, ns)
+                 if any(o.uid == uid for o in w.metadata.ownerReferences or [])), None)
+
+
+def _condition(workload: Any, kind: str) -> Any:
+    if workload is None:
+        return None
+    return next((cond for cond in (workload.status or {}).get("conditions") or []
+                 if cond.type == kind), None)
+
+
+def test_a_single_pod_kueue_preempts_before_it_ran_goes_back_to_kueues_queue(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str],
+    kueue_held: tuple[ProcessRecord, str], berth_held: BerthWebhook
+) -> None:
+    """Kueue v0.19 never requeues a preempted Workload owned by one pod (its
+    SkipReassignmentForPodOwnedWorkloads gate, on by default) and expects the pod to go, but
+    does not stop a pod that still carries its gate: behind Berth's gate such a pod waited
+    forever (e2e/bench_compare.py, 5-8 of 140 gangs). The devcluster's Kueue runs with the gate
+    off (admission.devcluster.kueue.POD_INTEGRATION_GATES); the pod goes back to Kueue's queue
+    and is admitted when the quota frees."""
+    record, high = kueue_held
+    ns = tenant_namespaces["team-a"]
+    core = cluster.core
+    core.create_namespaced_pod(ns, pod_manifest("low", gpus=8))
+    try:
+        eventually(lambda: _condition(_workload_of(cluster, ns, "low"), "QuotaReserved"),
+                   lambda cond: cond is not None and cond.status == "True", timeout=60,
+                   what="Kueue to reserve the low-priority pod's quota")
+        low = core.read_namespaced_pod("low", ns)
+        assert owners(low.spec.scheduling_gates) == BOTH, low.spec.scheduling_gates
+        # A pod of a higher priority that fits the quota only without the first: Kueue
+        # preempts the first while its pod still carries Kueue's gates.
+        core.create_namespaced_pod(ns, pod_manifest(
+            "high", gpus=8, labels={"kueue.x-k8s.io/priority-class": high}))
+        eventually(lambda: _condition(_workload_of(cluster, ns, "high"), "QuotaReserved"),
+                   lambda cond: cond is not None and cond.status == "True", timeout=60,
+                   what="Kueue to preempt the first and reserve the high-priority pod's quota")
+        evicted = eventually(lambda: _workload_of(cluster, ns, "low"),
+                             lambda w: (cond := _condition(w, "Requeued")) is not None
+                             and cond.status == "True", timeout=30,
+                             what="the preempted pod's Workload to be requeued")
+        assert _condition(evicted, "Requeued").reason == "Preempted", evicted.status
+        # Back in the queue: when the quota frees, Kueue reserves it again.
+        core.delete_namespaced_pod("high", ns, grace_period_seconds=0)
+        eventually(lambda: _condition(_workload_of(cluster, ns, "low"), "QuotaReserved"),
+                   lambda cond: cond is not None and cond.status == "True", timeout=60,
+                   what="Kueue to reserve the preempted pod's quota again")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}{_logs(berth_held, record)}") from None
+    low = core.read_namespaced_pod("low", ns)
+    assert low.status.phase == "Pending" and c.ANNOTATION_ASSIGNED_NODE not in (
+        low.metadata.annotations or {}), "Berth placed a pod Kueue had not admitted"
 
 
 def _waiting(pod: Any) -> Any:

@@ -187,3 +187,15 @@ def test_built_binary_uses_a_built_component_without_building(
     assert binaries.built_binary("helm") == home / "bin" / "helm"
     with pytest.raises(KeyError):
         binaries.built_binary("no-such-tool")
+
+
+def test_kueue_pod_integration_gates_follow_the_version() -> None:
+    from admission.devcluster.kueue import pod_integration_gates
+    # On by default from v0.19: a preempted single-pod Workload whose pod was still gated
+    # would never be requeued; Berth's devcluster turns it off there and leaves older ones be.
+    assert pod_integration_gates("v0.19.2") == {"SkipReassignmentForPodOwnedWorkloads": False}
+    assert pod_integration_gates("v1.0.0") == {"SkipReassignmentForPodOwnedWorkloads": False}
+    assert pod_integration_gates("v0.18.3") == {}
+    assert pod_integration_gates("v0.14.8") == {}
+    with pytest.raises(ValueError, match=r"not vMAJOR\.MINOR"):
+        pod_integration_gates("main")
