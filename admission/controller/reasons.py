@@ -102,7 +102,10 @@ REASONS: Final[tuple[Reason, ...]] = (
         "kueue.x-k8s.io/admission: its ClusterQueue's quota, see the QuotaReserved condition "
         "of its Workload with `kubectl get workloads`); Berth places the gang once Kueue has",
         "Read the Workload's `QuotaReserved` condition (`kubectl describe workload`); wait for "
-        "the ClusterQueue's quota, or raise its nominal quota or borrowing limit.",
+        "the ClusterQueue's quota, or raise its nominal quota or borrowing limit. A single "
+        "pod whose Workload says `Requeued=False` after `Preempted` is never admitted again "
+        "by Kueue v0.19 or newer unless Kueue runs with "
+        "`SkipReassignmentForPodOwnedWorkloads=false` (troubleshooting.md, step 1).",
     ),
     Reason(
         "Quota", True, "Normal", "explain.py",
