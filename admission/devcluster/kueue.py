@@ -50,9 +50,9 @@ _CONVERTED = ("clusterqueues", "cohorts", "localqueues", "workloads", "multikueu
 #: lifted its own gate is not stopped (Kueue reads a gated pod as suspended), so it stays gated
 #: with a Workload that says ``Requeued=False`` and never runs. Behind Berth's gate the
 #: window between Kueue's quota reservation and its ungating is wide enough for its fair
-#: sharing to preempt there: 5 and 8 of 140 gangs of the embedded default were left so in
-#: e2e/bench_compare.py runs (none with the gate off). The gate only guards Kueue's own
-#: topology-aware placement, which Berth's placement replaces.
+#: sharing to preempt there: 8 of 140 gangs of the embedded default were left so in one
+#: e2e/bench_compare.py run (none with the gate off; e2e/bench_compare.md, runs 19-24). The
+#: gate only guards Kueue's own topology-aware placement, which Berth's placement replaces.
 POD_INTEGRATION_GATES = {"SkipReassignmentForPodOwnedWorkloads": False}
 #: From which Kueue minor version each of those gates is set: where it is on by default (an
 #: older Kueue lacks it, or has it off: v0.17.x and v0.18.x, and an unknown gate stops Kueue).

@@ -321,9 +321,9 @@ def test_a_single_pod_kueue_preempts_before_it_ran_goes_back_to_kueues_queue(
     """Kueue v0.19 never requeues a preempted Workload owned by one pod (its
     SkipReassignmentForPodOwnedWorkloads gate, on by default) and expects the pod to go, but
     does not stop a pod that still carries its gate: behind Berth's gate such a pod waited
-    forever (e2e/bench_compare.py, 5-8 of 140 gangs). The devcluster's Kueue runs with the gate
-    off (admission.devcluster.kueue.POD_INTEGRATION_GATES); the pod goes back to Kueue's queue
-    and is admitted when the quota frees."""
+    forever (e2e/bench_compare.py: 8 of 140 gangs in one run). The devcluster's Kueue runs
+    with the gate off (admission.devcluster.kueue.POD_INTEGRATION_GATES); the pod goes back
+    to Kueue's queue and is admitted when the quota frees."""
     record, high = kueue_held
     ns = tenant_namespaces["team-a"]
     core = cluster.core
