@@ -103,6 +103,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from admission import constants as c  # noqa: E402
+from admission.backends.kueue import KUEUE_GATE_PREFIX  # noqa: E402
 from admission.devcluster import (  # noqa: E402
     DevCluster,
     create_nodes,
@@ -971,6 +972,7 @@ def waiting_reasons(core: client.CoreV1Api, batch: client.BatchV1Api,
     scheduling conditions (kube-scheduler's Unschedulable, Berth's ``berth.dev/Waiting``, a
     scheduling gate), or its Job held suspended (Kueue); empty when nothing says why."""
     out: dict[str, str] = {}
+    workloads: dict[str, list[dict[str, Any]]] = {}  # Kueue's, read once per namespace
     for key in sorted(gangs):
         ns, name = key.split("/", 1)
         why: list[str] = []
@@ -985,25 +987,31 @@ def waiting_reasons(core: client.CoreV1Api, batch: client.BatchV1Api,
             for cond in pod.status.conditions or []:
                 if cond.status != "True" and (cond.reason or cond.message):
                     why.append(f"{cond.type}: {cond.reason}: {(cond.message or '')[:120]}")
-            if any(g.startswith("kueue.x-k8s.io/") for g in gates):
-                why.extend(kueue_workload_says(core.api_client, ns, pod.metadata.uid))
+            if any(g.startswith(KUEUE_GATE_PREFIX) for g in gates):
+                if ns not in workloads:
+                    workloads[ns] = kueue_workloads(core.api_client, ns)
+                why.extend(kueue_workload_says(workloads[ns], pod.metadata.uid))
         out[key] = "; ".join(dict.fromkeys(why))
     return out
 
 
-def kueue_workload_says(api: client.ApiClient, namespace: str, pod_uid: str) -> list[str]:
-    """What the Kueue Workload that owns a gated pod says of itself (a pod group's Workload
-    lists every pod as an owner): ``Workload <name>: <type>=<status>: <reason>: <message>``
-    for its QuotaReserved condition and every condition that is not True; empty when no
-    Workload owns the pod yet or Kueue's API is absent."""
+def kueue_workloads(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    """Kueue's Workloads in ``namespace``; none when Kueue's API is absent."""
     group, version = dk.KUEUE_API.split("/", 1)
     try:
-        items = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        return client.CustomObjectsApi(api).list_namespaced_custom_object(
             group, version, namespace, "workloads")["items"]
     except client.ApiException:
         return []
+
+
+def kueue_workload_says(workloads: Sequence[Mapping[str, Any]], pod_uid: str) -> list[str]:
+    """What the Kueue Workload that owns a gated pod says of itself (a pod group's Workload
+    lists every pod as an owner): ``Workload <name>: <type>=<status>: <reason>: <message>``
+    for its QuotaReserved condition and every condition that is not True; empty when no
+    Workload owns the pod yet."""
     says = []
-    for wl in items:
+    for wl in workloads:
         if not any(o.get("uid") == pod_uid for o in wl["metadata"].get("ownerReferences", [])):
             continue
         for cond in wl.get("status", {}).get("conditions", []):

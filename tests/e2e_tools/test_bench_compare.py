@@ -213,3 +213,22 @@ def test_a_lost_gang_s_job_has_given_up_only_once_it_finished() -> None:
     assert bc._job_state(None) == "Job gone"
     assert bc._job_state(job(("Failed", "True"))).startswith("active=0 succeeded=0 failed=3; "
                                                              "Failed=True")
+
+
+def test_a_gated_pods_workload_says_its_conditions() -> None:
+    workloads = [
+        {"metadata": {"name": "pod-other", "ownerReferences": [{"uid": "u-other"}]},
+         "status": {"conditions": [{"type": "Admitted", "status": "False", "reason": "X"}]}},
+        {"metadata": {"name": "pod-low", "ownerReferences": [{"uid": "u-low"}]},
+         "status": {"conditions": [
+             {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+              "message": "Preempted to accommodate a workload"},
+             {"type": "Requeued", "status": "False", "reason": "Preempted", "message": "m"},
+             {"type": "Evicted", "status": "True", "reason": "Preempted"}]}},
+    ]
+    says = bc.kueue_workload_says(workloads, "u-low")
+    assert says == [
+        "Workload pod-low: QuotaReserved=False: Pending: Preempted to accommodate a workload",
+        "Workload pod-low: Requeued=False: Preempted: m"]
+    assert bc.kueue_workload_says(workloads, "u-none") == []
+    assert bc.kueue_workload_says([{"metadata": {"name": "w"}}], "u-low") == []
