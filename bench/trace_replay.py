@@ -109,8 +109,8 @@ NOTES = """
   seeded random node order for ties is worth about 0.7 points over re-drawing it per window
   (5.42 %), which is why every pass of the search keeps it.
 - **The engine.** The order search of the packing experiment above became the controller's
-  (solver/cpsat/search.py: one best-fit pass and as many FGD passes as fit 40 % of the time
-  limit by a fixed cost model, ranked as above), with a stay term in the model so that CP-SAT
+  (solver/cpsat/search.py: one best-fit pass and as many FGD passes as a cost model of the
+  whole search fits in 20 % of the time limit, ranked as above), with a stay term in the model so that CP-SAT
   moves a pod only to gain (bench/controller_replay.md has the diagnosis of the old path,
   7.64 % on `default`). The notes above were measured on the packing experiment.
 - **Time.** CP-SAT s/seed: two replays side by side on the two cores (`--jobs 2`), each run
