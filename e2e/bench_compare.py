@@ -90,7 +90,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -1153,6 +1153,42 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
+#: The columns of :func:`medians_table`: (heading, how a row gives it, format).
+MEDIAN_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], float | None], str], ...] = (
+    ("p99 wait s", lambda r: (r.get("wait_s") or {}).get("p99"), ".0f"),
+    ("mean wait s", lambda r: r.get("wait_mean_s"), ".0f"),
+    ("GPU allocated %", lambda r: 100 * r["gpu_allocated"], ".1f"),
+    ("worst tenant / fair share", lambda r: r["worst_fair_ratio"], ".2f"),
+)
+
+
+def medians_table(runs: Sequence[Sequence[dict[str, Any]]], workload: str) -> list[str]:
+    """One row per system of ``workload`` over several runs (each a list of rows saved with
+    ``--json``): the median of each headline figure with its range, gangs never started and
+    pods lost summed. One run is not a distribution; this is what to compare systems by."""
+    by_system: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        for r in run:
+            if r.get("workload") == workload and r["system"] != "simulated berth":
+                by_system.setdefault(r["system"], []).append(r)
+    if not by_system:
+        return []
+    out = ["| system | runs | " + " | ".join(f"{h} (median, range)" for h, _, _ in
+                                               MEDIAN_COLUMNS)
+           + " | never started (all runs) | pods lost (all runs) |",
+           "|" + "---|" * (4 + len(MEDIAN_COLUMNS))]
+    for system, rows in by_system.items():
+        cells = []
+        for _, get, fmt in MEDIAN_COLUMNS:
+            vals = [v for v in (get(r) for r in rows) if v is not None]
+            cells.append("-" if not vals else f"{_f(statistics.median(vals), fmt)} "
+                         f"({_f(min(vals), fmt)}-{_f(max(vals), fmt)})")
+        out.append(f"| {system} | {len(rows)} | " + " | ".join(cells)
+                   + f" | {sum(r['never_started'] for r in rows)} "
+                   f"| {sum(r.get('pods_lost') or 0 for r in rows)} |")
+    return out
+
+
 def detail_tables(rows: Sequence[dict[str, Any]], tenants: Sequence[str]) -> list[str]:
     """Each tenant's GPU time over its fair share, the p99 wait by gang size, and the pods
     disrupted (reclaimed or preempted) after they ran (rows saved before it was counted: -)."""
@@ -1246,7 +1282,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--report-from", type=Path, nargs="+", default=None, metavar="JSON",
                     help="run nothing: write the report of rows saved with --json (later "
                     "files' rows replace earlier ones of the same workload and system)")
+    ap.add_argument("--medians-from", type=Path, nargs="+", default=None, metavar="JSON",
+                    help="with --report-from: add to each workload a table of each system's "
+                    "medians over these files, one run each")
     args = ap.parse_args(argv)
+    if args.medians_from and args.report_from is None:
+        ap.error("--medians-from renders saved runs: give --report-from too")
     if args.small:
         args.workloads, args.max_gangs, args.compress = "default", 16, 40.0
         args.drain_s = min(args.drain_s, 120)
@@ -1313,6 +1354,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         all_rows.extend(rows)
         report += ["", f"## {wl.name}", "", wl.note + ".", "", *table(rows), "",
                    *detail_tables(rows, list(wl.weights)), "", *prediction(rows)]
+        if args.medians_from:
+            report += ["", f"Medians over {len(args.medians_from)} runs ("
+                       + ", ".join(f"`{p.name}`" for p in args.medians_from) + "):", "",
+                       *medians_table([json.loads(p.read_text()) for p in args.medians_from],
+                                      wl.name)]
         if args.out is not None and rows:
             png = args.out.with_name(f"{args.out.stem}_{wl.name}.png")
             plot([r for r in rows if "series" in r], png, f"{wl.name}: GPUs allocated")

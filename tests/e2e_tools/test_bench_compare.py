@@ -232,3 +232,31 @@ def test_a_gated_pods_workload_says_its_conditions() -> None:
         "Workload pod-low: Requeued=False: Preempted: m"]
     assert bc.kueue_workload_says(workloads, "u-none") == []
     assert bc.kueue_workload_says([{"metadata": {"name": "w"}}], "u-low") == []
+
+
+def test_medians_over_runs_take_each_systems_rows_of_the_workload() -> None:
+    def row(system: str, p99: float, alloc: float, worst: float, never: int = 0,
+            workload: str = "default") -> dict[str, object]:
+        return {"system": system, "workload": workload, "wait_s": {"p99": p99},
+                "wait_mean_s": p99 / 10, "gpu_allocated": alloc, "worst_fair_ratio": worst,
+                "never_started": never, "pods_lost": 0}
+
+    runs = [[row("berth", 150, 0.83, 0.94), row("volcano", 210, 0.63, 0.53, never=1),
+             row("berth", 10, 0.99, 0.99, workload="openb")],
+            [row("berth", 170, 0.84, 0.92), row("volcano", 183, 0.72, 0.73),
+             {"system": "simulated berth", "workload": "default"}],
+            [row("berth", 160, 0.80, 0.96)]]
+    lines = bc.medians_table(runs, "default")
+    berth = next(line for line in lines if line.startswith("| berth |"))
+    volcano = next(line for line in lines if line.startswith("| volcano |"))
+    assert berth == ("| berth | 3 | 160 (150-170) | 16 (15-17) | 83.0 (80.0-84.0) "
+                     "| 0.94 (0.92-0.96) | 0 | 0 |")
+    # two runs: the median is their mean; never-started gangs add up over the runs
+    assert volcano.startswith("| volcano | 2 | 196 (183-210) |") and volcano.endswith("| 1 | 0 |")
+    assert len(lines) == 4  # heading, rule, two systems; the simulated row is not a run
+    assert bc.medians_table(runs, "nowhere") == []
+
+
+def test_medians_need_saved_runs() -> None:
+    with pytest.raises(SystemExit):
+        bc.main(["--medians-from", "x.json"])
