@@ -1162,6 +1162,15 @@ MEDIAN_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], float | None], str],
 )
 
 
+def saved_run(spec: str) -> list[dict[str, Any]]:
+    """The rows one run saved with ``--json``: ``PATH``, or ``PATH:SYSTEM,...`` for only those
+    systems' rows."""
+    path, _, systems = spec.partition(":")
+    rows: list[dict[str, Any]] = json.loads(Path(path).read_text())
+    keep = {s for s in systems.split(",") if s}
+    return [r for r in rows if not keep or r["system"] in keep]
+
+
 def medians_table(runs: Sequence[Sequence[dict[str, Any]]], workload: str) -> list[str]:
     """One row per system of ``workload`` over several runs (each a list of rows saved with
     ``--json``): the median of each headline figure with its range, gangs never started and
@@ -1282,9 +1291,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--report-from", type=Path, nargs="+", default=None, metavar="JSON",
                     help="run nothing: write the report of rows saved with --json (later "
                     "files' rows replace earlier ones of the same workload and system)")
-    ap.add_argument("--medians-from", type=Path, nargs="+", default=None, metavar="JSON",
+    ap.add_argument("--medians-from", nargs="+", default=None, metavar="JSON[:SYSTEMS]",
                     help="with --report-from: add to each workload a table of each system's "
-                    "medians over these files, one run each")
+                    "medians over these files, one run each; JSON:berth,kueue takes only "
+                    "those systems' rows of that file (a run whose other rows are of an "
+                    "older setup)")
     args = ap.parse_args(argv)
     if args.medians_from and args.report_from is None:
         ap.error("--medians-from renders saved runs: give --report-from too")
@@ -1355,10 +1366,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         report += ["", f"## {wl.name}", "", wl.note + ".", "", *table(rows), "",
                    *detail_tables(rows, list(wl.weights)), "", *prediction(rows)]
         if args.medians_from:
-            report += ["", f"Medians over {len(args.medians_from)} runs ("
-                       + ", ".join(f"`{p.name}`" for p in args.medians_from) + "):", "",
-                       *medians_table([json.loads(p.read_text()) for p in args.medians_from],
-                                      wl.name)]
+            runs = [saved_run(spec) for spec in args.medians_from]
+            lines = medians_table(runs, wl.name)
+            if lines:
+                used = [spec for spec, run in zip(args.medians_from, runs, strict=True)
+                        if any(r.get("workload") == wl.name for r in run)]
+                report += ["", "Each system's medians over the runs saved in "
+                           + ", ".join(f"`{spec}`" for spec in used)
+                           + " (`file:systems` takes only those systems' rows):", "", *lines]
         if args.out is not None and rows:
             png = args.out.with_name(f"{args.out.stem}_{wl.name}.png")
             plot([r for r in rows if "series" in r], png, f"{wl.name}: GPUs allocated")

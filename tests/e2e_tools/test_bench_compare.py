@@ -260,3 +260,12 @@ def test_medians_over_runs_take_each_systems_rows_of_the_workload() -> None:
 def test_medians_need_saved_runs() -> None:
     with pytest.raises(SystemExit):
         bc.main(["--medians-from", "x.json"])
+
+
+def test_a_saved_run_may_give_only_some_systems(tmp_path: Path) -> None:
+    import json
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps([{"system": "berth"}, {"system": "kueue"},
+                                {"system": "berth-kueue"}]))
+    assert [r["system"] for r in bc.saved_run(str(path))] == ["berth", "kueue", "berth-kueue"]
+    assert [r["system"] for r in bc.saved_run(f"{path}:berth,kueue")] == ["berth", "kueue"]
