@@ -110,9 +110,10 @@ NOTES = """
   (5.42 %), which is why every pass of the search keeps it.
 - **The engine.** The order search of the packing experiment above became the controller's
   (solver/cpsat/search.py: one best-fit pass and as many FGD passes as a cost model of the
-  whole search fits in 20 % of the time limit, ranked as above), with a stay term in the model so that CP-SAT
-  moves a pod only to gain (bench/controller_replay.md has the diagnosis of the old path,
-  7.64 % on `default`). The notes above were measured on the packing experiment.
+  whole search fits in 20 % of the time limit, ranked as above), with a stay term in the
+  model so that CP-SAT moves a pod only to gain (bench/controller_replay.md has the
+  diagnosis of the old path, 7.64 % on `default`). The notes above were measured on the
+  packing experiment.
 - **Time.** CP-SAT s/seed: two replays side by side on the two cores (`--jobs 2`), each run
   to 130 % arrival (the figure needs only 100 %); the engine takes its 1 s limit or less per
   window of 128 on the 1,213-node cluster. The fidelity figures were measured earlier at load
