@@ -68,6 +68,9 @@ utilisation against the real run.
 
     python3 e2e/bench_compare.py --out e2e/bench_compare.md     # the comparison (~40 min)
     python3 e2e/bench_compare.py --small                        # a few minutes, correctness
+    python3 e2e/bench_compare.py --json run.json ...            # keep every row of a run
+    python3 e2e/bench_compare.py --report-from a.json b.json --medians-from a.json b.json ...
+                                   # the report of saved runs, with each system's medians
 
 A measurement: it asserts nothing about speed or quality. It exits non-zero if a system could
 not run, a create failed, a pod was lost, a gang waits with no reason the cluster gives, or a
