@@ -70,7 +70,8 @@ class Controller:
         # Every pod write and Event goes through one adaptive limit (pacing.py); the Lease's
         # renewals time the API server for it.
         self.pace = WritePace(settings.release_writers, adaptive=settings.write_pacing,
-                               floor=settings.write_pacing_floor)
+                               floor=settings.write_pacing_floor,
+                               on_cut=self.metrics.write_limit_cuts.inc)
         self.metrics.write_limit.set_function(lambda: self.pace.limit)
         writes = PacedApi(api, self.pace)
         self.releaser = Releaser(api=writes, backend=self.backend, record=self._record,

@@ -56,6 +56,10 @@ class Metrics:
         self.write_limit = Gauge(
             "berth_api_write_limit", "Pod writes and Events the controller may have in flight "
             "now: fewer while the API server answers slowly (pacing.py)", registry=r)
+        self.write_limit_cuts = Counter(
+            "berth_api_write_limit_cuts", "Times the controller halved its writes in flight "
+            "because the API server answered slowly or asked it to wait (429/503/504): how "
+            "often the server's load slowed Berth's releases (pacing.py)", registry=r)
         self.leader = Gauge("berth_leader", "1 while this replica holds the lease", registry=r)
         self.records = Counter(
             "berth_records", "The leader's saved records (fair share over time, learned "

@@ -43,7 +43,8 @@ class WritePace:
     limit (the Lease's renewals) as a sample of the base alone."""
 
     def __init__(self, most: int, *, adaptive: bool = True, floor: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_cut: Callable[[], None] | None = None) -> None:
         self.most = max(1, most)
         self.adaptive = adaptive
         # Below 1: one write at a time with a pause after each, so that a write is in flight
@@ -54,6 +55,7 @@ class WritePace:
         self.in_flight = 0
         self._next_start = float("-inf")
         self.halvings = 0  # times the limit was cut: what the server's load cost Berth's pace
+        self.on_cut = on_cut  # told of each cut (the controller counts them in its metrics)
         self._buckets: deque[tuple[float, float]] = deque()  # (bucket start, min answer time)
         self._last_cut = float("-inf")
         self._cond = threading.Condition()
@@ -94,6 +96,8 @@ class WritePace:
                 self.limit = max(self.floor, self.limit / 2)
                 self._last_cut = now
                 self.halvings += 1
+                if self.on_cut is not None:
+                    self.on_cut()
         elif self.limit < 1:
             self.limit = min(1.0, self.limit * 2)
         else:

@@ -215,3 +215,17 @@ def test_the_environment_switches(monkeypatch: pytest.MonkeyPatch, env: dict[str
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert write_pacing() is pacing and write_pacing_floor() == floor
+
+
+def test_every_cut_is_told_to_the_controller_s_counter() -> None:
+    from admission.controller.metrics import Metrics
+
+    metrics = Metrics()
+    clock = Clock()
+    pace = WritePace(8, clock=clock, on_cut=metrics.write_limit_cuts.inc)
+    for _ in range(40):
+        write(pace, clock, 0.005)
+    for _ in range(3):
+        write(pace, clock, 0.100)  # slow, each a round trip after the last cut
+    assert pace.halvings == 3
+    assert metrics.registry.get_sample_value("berth_api_write_limit_cuts_total") == 3
