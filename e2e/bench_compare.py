@@ -1167,11 +1167,29 @@ MEDIAN_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], float | None], str],
 
 def saved_run(spec: str) -> list[dict[str, Any]]:
     """The rows one run saved with ``--json``: ``PATH``, or ``PATH:SYSTEM,...`` for only those
-    systems' rows."""
+    systems' rows (``--medians-from``)."""
     path, _, systems = spec.partition(":")
-    rows: list[dict[str, Any]] = json.loads(Path(path).read_text())
     keep = {s for s in systems.split(",") if s}
-    return [r for r in rows if not keep or r["system"] in keep]
+    return [r for r in saved_rows(Path(path), "--medians-from")
+            if not keep or r["system"] in keep]
+
+
+def saved_rows(path: Path, flag: str) -> list[dict[str, Any]]:
+    """Every row of a file written by ``--json``; a file that is not one exits with a message
+    naming ``flag`` and the file."""
+    try:
+        rows = json.loads(path.read_text())
+    except OSError as exc:
+        raise SystemExit(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise SystemExit(f"{flag}: {path} is not JSON ({exc}); give a file written by "
+                         "--json") from None
+    if not isinstance(rows, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("system"), str)
+            and isinstance(r.get("workload"), str) for r in rows):
+        raise SystemExit(f"{flag}: {path} is not a list of rows with a system and a workload; "
+                         "give a file written by --json")
+    return rows
 
 
 def medians_table(runs: Sequence[Sequence[dict[str, Any]]], workload: str) -> list[str]:
@@ -1317,7 +1335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     saved: dict[tuple[str, str], dict[str, Any]] = {}
     for path in args.report_from or ():
-        for row in json.loads(path.read_text()):
+        for row in saved_rows(path, "--report-from"):
             saved[(row["workload"], row["system"])] = row
     stages = kwok_pod_stages() if args.report_from is None else ()
     command = f"`python3 e2e/bench_compare.py {' '.join(argv or sys.argv[1:])}`"

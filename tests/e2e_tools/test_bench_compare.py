@@ -265,7 +265,31 @@ def test_medians_need_saved_runs() -> None:
 def test_a_saved_run_may_give_only_some_systems(tmp_path: Path) -> None:
     import json
     path = tmp_path / "run.json"
-    path.write_text(json.dumps([{"system": "berth"}, {"system": "kueue"},
-                                {"system": "berth-kueue"}]))
+    path.write_text(json.dumps([{"system": s, "workload": "default"}
+                                for s in ("berth", "kueue", "berth-kueue")]))
     assert [r["system"] for r in bc.saved_run(str(path))] == ["berth", "kueue", "berth-kueue"]
     assert [r["system"] for r in bc.saved_run(f"{path}:berth,kueue")] == ["berth", "kueue"]
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    (None, "cannot read"),
+    ("{not json", "is not JSON"),
+    ('{"system": "berth"}', "is not a list of rows"),
+    ('[{"system": "berth"}]', "is not a list of rows"),
+    ('[1, 2]', "is not a list of rows"),
+    ('[{"system": 3, "workload": "default"}]', "is not a list of rows"),
+])
+def test_a_file_that_is_not_a_saved_run_says_so(tmp_path: Path, text: str | None,
+                                                  says: str) -> None:
+    path = tmp_path / "run.json"
+    if text is not None:
+        path.write_text(text)
+    for argv in (["--report-from", str(path)],
+                 ["--report-from", str(path), "--medians-from", str(path)]):
+        with pytest.raises(SystemExit) as got:
+            bc.main(argv)
+        message = str(got.value.code)
+        assert message.startswith("--report-from: ") and says in message and str(path) in message
+    with pytest.raises(SystemExit) as got:
+        bc.saved_run(f"{path}:berth")
+    assert str(got.value.code).startswith("--medians-from: ") and says in str(got.value.code)
