@@ -1184,12 +1184,21 @@ def saved_rows(path: Path, flag: str) -> list[dict[str, Any]]:
     except ValueError as exc:
         raise SystemExit(f"{flag}: {path} is not JSON ({exc}); give a file written by "
                          "--json") from None
-    if not isinstance(rows, list) or not all(
-            isinstance(r, dict) and isinstance(r.get("system"), str)
-            and isinstance(r.get("workload"), str) for r in rows):
-        raise SystemExit(f"{flag}: {path} is not a list of rows with a system and a workload; "
-                         "give a file written by --json")
+    if not isinstance(rows, list) or not all(_is_row(r) for r in rows):
+        raise SystemExit(f"{flag}: {path} is not a list of rows with a system, a workload and "
+                         f"the figures {', '.join(ROW_FIGURES)}; give a file written by --json")
     return rows
+
+
+#: What every saved row (a system's, or the simulator's) holds as a number.
+ROW_FIGURES = ("started", "never_started", "gpu_allocated", "worst_fair_ratio", "jain")
+
+
+def _is_row(r: object) -> bool:
+    return (isinstance(r, dict) and isinstance(r.get("system"), str)
+            and isinstance(r.get("workload"), str)
+            and all(isinstance(r.get(k), int | float) and not isinstance(r.get(k), bool)
+                    for k in ROW_FIGURES))
 
 
 def medians_table(runs: Sequence[Sequence[dict[str, Any]]], workload: str) -> list[str]:

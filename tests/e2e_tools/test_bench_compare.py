@@ -265,7 +265,8 @@ def test_medians_need_saved_runs() -> None:
 def test_a_saved_run_may_give_only_some_systems(tmp_path: Path) -> None:
     import json
     path = tmp_path / "run.json"
-    path.write_text(json.dumps([{"system": s, "workload": "default"}
+    figures = dict.fromkeys(bc.ROW_FIGURES, 1)
+    path.write_text(json.dumps([{"system": s, "workload": "default", **figures}
                                 for s in ("berth", "kueue", "berth-kueue")]))
     assert [r["system"] for r in bc.saved_run(str(path))] == ["berth", "kueue", "berth-kueue"]
     assert [r["system"] for r in bc.saved_run(f"{path}:berth,kueue")] == ["berth", "kueue"]
@@ -278,6 +279,11 @@ def test_a_saved_run_may_give_only_some_systems(tmp_path: Path) -> None:
     ('[{"system": "berth"}]', "is not a list of rows"),
     ('[1, 2]', "is not a list of rows"),
     ('[{"system": 3, "workload": "default"}]', "is not a list of rows"),
+    ('[{"system": "berth", "workload": "default"}]', "is not a list of rows"),
+    ('[{"system": "berth", "workload": "default", "started": 1, "never_started": 0, '
+     '"gpu_allocated": null, "worst_fair_ratio": 1, "jain": 1}]', "is not a list of rows"),
+    ('[{"system": "berth", "workload": "default", "started": true, "never_started": 0, '
+     '"gpu_allocated": 1, "worst_fair_ratio": 1, "jain": 1}]', "is not a list of rows"),
 ])
 def test_a_file_that_is_not_a_saved_run_says_so(tmp_path: Path, text: str | None,
                                                   says: str) -> None:
