@@ -1,0 +1,69 @@
+"""bench/timed_bound.py: the pool it bounds, the k-th longest wait on cases small enough to
+check by hand, and the rank numpy's p99 rests on."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from solver.simulate.generate import generate
+from solver.simulate.timed_scenario import TimedGang
+from solver.types import Gang, PodRequest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "timed_bound.py"
+
+
+@pytest.fixture(scope="module")
+def tb() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("timed_bound", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["timed_bound"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def gang(name: str, gpus: int, arrival: float, run: float) -> TimedGang:
+    pod = PodRequest(name=f"{name}-0", cpu_milli=1000, memory_mib=1024, gpu_count=gpus,
+                     gpu_milli=1000, models=frozenset({"A100"}))
+    return TimedGang(Gang(name=name, tenant="t", pods=(pod,)), arrival, run)
+
+
+def test_the_pool_is_the_models_gangs_are_held_to(tb: ModuleType) -> None:
+    pool = tb.pool_of(generate(seed=0))
+    assert pool.models == {"A100", "H100"} and pool.capacity_milli == 32_000
+    assert pool.gangs and all(p.models and p.models <= pool.models
+                              for a in pool.gangs for p in a.gang.pods)
+    assert len(pool.gangs) < pool.all_gangs
+
+
+def test_two_gangs_that_each_need_the_whole_pool_take_turns(tb: ModuleType) -> None:
+    # a at 0 and b at 10, 100 s each, 8 GPUs of 8: the best order waits 90 s (b after a)
+    pool = tb.Pool(frozenset({"A100"}), 8000, (gang("a", 8, 0, 100), gang("b", 8, 10, 100)), 2)
+    longest, status = tb.kth_longest_wait_bound(pool, 1)
+    assert status == "OPTIMAL" and longest == 89  # 90, less the second given for rounding
+    assert tb.kth_longest_wait_bound(pool, 2)[0] == 0  # the other one need not wait
+    # with room for both, nothing waits
+    roomy = tb.Pool(frozenset({"A100"}), 16000, pool.gangs, 2)
+    assert tb.kth_longest_wait_bound(roomy, 1)[0] == 0
+    assert tb.kth_longest_wait_bound(pool, 3) == (0.0, "FEWER_GANGS")
+    with pytest.raises(ValueError):
+        tb.kth_longest_wait_bound(pool, 0)
+
+
+@pytest.mark.parametrize("n", [2, 10, 100, 110, 119, 131, 140, 1000])
+def test_numpys_p99_is_at_least_the_wait_of_that_rank(tb: ModuleType, n: int) -> None:
+    waits = np.sort(np.random.default_rng(n).exponential(100.0, n))[::-1]  # longest first
+    rank = tb.p99_rank(n)
+    assert np.percentile(waits, 99) >= waits[rank - 1]
+    assert rank == 1 or np.percentile(waits, 99) <= waits[rank - 2]
+
+
+def test_a_bound_on_a_later_rank_holds_for_every_earlier_one(tb: ModuleType) -> None:
+    assert tb.monotone({1: 0.0, 2: 1844.0, 3: 1242.0}) == {1: 1844.0, 2: 1844.0, 3: 1242.0}
+    assert tb.monotone({1: 1944.0, 2: 1436.0, 3: 756.0}) == {1: 1944.0, 2: 1436.0, 3: 756.0}
