@@ -39,6 +39,7 @@ from ortools.sat.python import cp_model
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from admission.simulate import SimulateError, parse_seeds  # noqa: E402
 from solver.simulate.generate import generate  # noqa: E402
 from solver.simulate.timed import TimedConfig, simulate_timed  # noqa: E402
 from solver.simulate.timed_scenario import Scenario, TimedGang  # noqa: E402
@@ -174,11 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print; leave the markdown alone")
     args = ap.parse_args(argv)
     try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        ap.error(f"--seeds: a comma-separated list of whole numbers, got {args.seeds!r}")
-    if not seeds or not 0 < args.time_cap <= 3600:
-        ap.error("--seeds needs at least one seed and --time-cap must be in (0, 3600]")
+        seeds = parse_seeds(args.seeds)  # what berth simulate accepts, with its messages
+    except SimulateError as exc:
+        ap.error(str(exc))
+    if not 0 < args.time_cap <= 3600:
+        ap.error(f"--time-cap: must be in (0, 3600] seconds, got {args.time_cap:g}")
     start = time.perf_counter()
     rows = [row(s, time_cap_s=args.time_cap) for s in seeds]
     command = "python3 bench/timed_bound.py" + (f" --seeds {args.seeds}"

@@ -43,6 +43,9 @@ MAX_SEEN = 20_000
 DIGEST_CHARS = 12
 #: A tenant's shape whose decayed count falls below this is forgotten.
 FORGET = 1e-3
+#: Most a saved shape's decayed count may be: far past any cluster's (a million pods a second
+#: for a day is 1e11), and small enough that a tenant's 256 counts sum to a finite number.
+MAX_COUNT = 1e12
 
 
 class WorkloadRecord:
@@ -138,7 +141,7 @@ class WorkloadRecord:
                 if not isinstance(models, list) or not all(
                         isinstance(m, str) and 0 < len(m) <= 253 for m in models):
                     raise ValueError(f"{at}[{i}]: models must be a list of model names")
-                count = state_number(n, f"{at}[{i}]")
+                count = state_number(n, f"{at}[{i}]", high=MAX_COUNT)
                 if count > 0:  # a shape counted 0 times weighs nothing
                     shapes[(cpu, gpus, milli, frozenset(models))] = count
             if shapes:

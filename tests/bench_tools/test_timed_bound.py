@@ -67,3 +67,14 @@ def test_numpys_p99_is_at_least_the_wait_of_that_rank(tb: ModuleType, n: int) ->
 def test_a_bound_on_a_later_rank_holds_for_every_earlier_one(tb: ModuleType) -> None:
     assert tb.monotone({1: 0.0, 2: 1844.0, 3: 1242.0}) == {1: 1844.0, 2: 1844.0, 3: 1242.0}
     assert tb.monotone({1: 1944.0, 2: 1436.0, 3: 756.0}) == {1: 1944.0, 2: 1436.0, 3: 756.0}
+
+
+@pytest.mark.parametrize("argv", [["--seeds", "x"], ["--seeds=-1"], ["--seeds", ""],
+                                  ["--time-cap", "0"], ["--time-cap", "nan"],
+                                  ["--time-cap", "inf"]])
+def test_bad_flags_are_refused_before_anything_runs(tb: ModuleType, argv: list[str],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as got:
+        tb.main([*argv, "--no-write"])
+    assert got.value.code == 2
+    assert f"error: {argv[0].split('=')[0]}:" in capsys.readouterr().err  # names the flag

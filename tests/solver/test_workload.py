@@ -102,3 +102,20 @@ def test_knowing_the_training_shapes_keeps_a_small_pod_off_the_empty_big_node() 
         plan = solve(with_workload(window, r), solver=solver, time_limit=2.0)  # type: ignore[arg-type]
         (placed,) = plan.admitted
         assert placed.pods[0].node == "small", (solver, plan)
+
+
+def test_a_saved_count_past_any_cluster_s_is_refused_not_overflowed() -> None:
+    # two counts near the float maximum once summed to inf and gave a NaN weight (found by
+    # tests/solver/test_records.py's mutation property)
+    rec = WorkloadRecord(H)
+    rec.observe(0.0, snap(gang("one", "a"), gang("two", "a", gpus=2)))
+    state = rec.state()
+    rows = state["counts"]["a"]  # type: ignore[index]
+    for row in rows:
+        row[4] = 9.1e307
+    with pytest.raises(ValueError, match=r"workload\.counts\.a\[0\]: must be at most"):
+        WorkloadRecord.from_state(state)
+    for row in rows:
+        row[4] = 1e12  # the most a count may be: read, and typical weights stay finite
+    typical = WorkloadRecord.from_state(state).typical({"a": 1.0})
+    assert typical and all(0 < t.weight < float("inf") for t in typical)
