@@ -234,6 +234,12 @@ class KubeApi:
                          namespace, plural, body["metadata"]["name"], patch,
                          _content_type=MERGE_PATCH, _request_timeout=self.timeout)
 
+    def list_custom(self, group: str, version: str, plural: str,
+                    namespace: str) -> list[Json]:
+        data = _call(self.custom.list_namespaced_custom_object, group, version, namespace,
+                     plural, _request_timeout=self.timeout)
+        return data.get("items") or []
+
     # ------------------------------------------------------------------ self-signed certificates
     def get_secret(self, namespace: str, name: str) -> Json | None:
         try:

@@ -125,6 +125,9 @@ class MemoryApi:
     def apply_custom(self, *a: Any) -> Json:
         return {}
 
+    def list_custom(self, *a: Any) -> list[Json]:
+        return []
+
 
 def make_cluster(api: MemoryApi, nodes: int, gpus: int, pods: int, seed: int) -> None:
     rng = random.Random(seed)

@@ -46,6 +46,7 @@ and works unchanged with or without Kueue.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from admission import constants as c
 from admission import objects
@@ -55,6 +56,76 @@ from admission.objects import Obj
 #: Every gate Kueue puts on a pod (its admission gate, and its topology gate when its
 #: TopologyAwareScheduling feature is on) starts with this.
 KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
+
+#: Kueue's Workloads, newest API version first (v1beta2 from Kueue v0.15, v1beta1 before).
+WORKLOAD_GROUP = "kueue.x-k8s.io"
+WORKLOAD_PLURAL = "workloads"
+WORKLOAD_VERSIONS = ("v1beta2", "v1beta1")
+#: How much of a Workload's own message a pod's condition quotes.
+QUOTED_CHARS = 200
+
+
+def _field(obj: object, name: str) -> dict[str, Any]:
+    """``obj[name]`` when both are mappings, else an empty one: a Workload is read as the API
+    server serves it, whatever another version or a hand-written object holds."""
+    got = obj.get(name) if isinstance(obj, dict) else None
+    return got if isinstance(got, dict) else {}
+
+
+def _condition(workload: Obj, kind: str) -> dict[str, Any]:
+    conditions = _field(workload, "status").get("conditions")
+    return next((cond for cond in (conditions if isinstance(conditions, list) else [])
+                 if isinstance(cond, dict) and cond.get("type") == kind), {})
+
+
+def _quote(text: object) -> str:
+    words = " ".join(str(text or "").split())
+    return words if len(words) <= QUOTED_CHARS else words[:QUOTED_CHARS - 3] + "..."
+
+
+def workload_owners(workload: Obj) -> frozenset[str]:
+    """The uids of the pods a Workload of Kueue's pod integration stands for (its owners)."""
+    refs = _field(workload, "metadata").get("ownerReferences")
+    return frozenset(r["uid"] for r in (refs if isinstance(refs, list) else [])
+                     if isinstance(r, dict) and r.get("kind") == "Pod"
+                     and isinstance(r.get("uid"), str) and r["uid"])
+
+
+def never_admitted(workload: Obj) -> str | None:
+    """Why Kueue will not admit this Workload again as it stands, or None while it may.
+
+    A Workload Kueue took its quota back from (preempted, evicted) says ``Requeued=False``
+    until Kueue puts it back in its queue. From v0.19, with the
+    ``SkipReassignmentForPodOwnedWorkloads`` feature gate on (Kueue's default), it never does
+    so for a Workload owned by one pod that still carries Kueue's gate: the pod waits for good
+    (docs/troubleshooting.md, step 1). A Workload whose ``spec.active`` is false (deactivated
+    by a person or by Kueue's waitForPodsReady back-off) waits until it is activated again."""
+    name = _quote(_field(workload, "metadata").get("name")) or "?"
+    back = (f"it goes back to Kueue's queue when its Workload {name} is deactivated and "
+            "activated again (`kubectl patch workload ... -p '{\"spec\":{\"active\":false}}' "
+            "--type merge`, then true), or when the pod is deleted and its owner makes another")
+    if _field(workload, "spec").get("active") is False:
+        return (f"Kueue will not admit it: its Workload {name} is deactivated (spec.active: "
+                f"false); {back.split(' when ', 1)[0]} when it is activated again, or when the "
+                "pod is deleted and its owner makes another")
+    finished = _condition(workload, "Finished")
+    reserved = _condition(workload, "QuotaReserved")
+    requeued = _condition(workload, "Requeued")
+    if finished.get("status") == "True" or reserved.get("status") == "True":
+        return None
+    if requeued.get("status") != "False":
+        return None
+    reason = _quote(requeued.get("reason")) or "no reason given"
+    said = _quote(reserved.get("message") or requeued.get("message"))
+    why = f"Kueue will not requeue its Workload {name} (Requeued=False, {reason}"
+    why += f": {said}); " if said else "); "
+    if reason in ("Preempted", "Evicted"):
+        why += ("Kueue v0.19 and newer with its SkipReassignmentForPodOwnedWorkloads feature "
+                "gate on (its default) never admits again a single pod it preempted while the "
+                "pod carried Kueue's gate: run Kueue with "
+                "--feature-gates=SkipReassignmentForPodOwnedWorkloads=false "
+                "(docs/troubleshooting.md, step 1); ")
+    return why + back
 
 
 class KueueBackend:

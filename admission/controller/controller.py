@@ -27,6 +27,7 @@ from admission.controller.inventory import Inventory
 from admission.controller.leader import LeaseElector
 from admission.controller.metrics import Metrics
 from admission.controller.pacing import PacedApi, WritePace
+from admission.controller.queued import QueueCheck
 from admission.controller.reclaim import Evictor
 from admission.controller.records import RecordStore
 from admission.controller.release import Releaser
@@ -87,7 +88,8 @@ class Controller:
         self.cycle = Cycle(inventory=self.inventory, settings=settings, releaser=self.releaser,
                            explainer=self.explainer, evictor=self.evictor, solve=solve,
                            fast_solve=fast_solve or greedy_solver(), clock=clock,
-                           metrics=self.metrics, still_leader=self._may_write)
+                           metrics=self.metrics, still_leader=self._may_write,
+                           queue_check=QueueCheck(api, lambda: self.clock().timestamp()))
         self.records = RecordStore(api=api, namespace=namespace, metrics=self.metrics,
                                    save_seconds=settings.records_save_seconds)
         self.elector = LeaseElector(api=writes, namespace=namespace, name=lease_name,

@@ -41,6 +41,7 @@ from admission.controller import translate as tr
 from admission.controller.explain import Explainer, Why, reasons
 from admission.controller.inventory import Inventory
 from admission.controller.metrics import Metrics
+from admission.controller.queued import QueueCheck
 from admission.controller.reclaim import EvictionResult, Evictor
 from admission.controller.release import Releaser, ReleaseResult
 from admission.controller.settings import Settings
@@ -92,12 +93,15 @@ class Cycle:
                  explainer: Explainer, solve: Solve, fast_solve: Solve | None = None,
                  evictor: Evictor | None = None,
                  clock: Callable[[], datetime], metrics: Metrics,
-                 still_leader: Callable[[], bool] = lambda: True) -> None:
+                 still_leader: Callable[[], bool] = lambda: True,
+                 queue_check: QueueCheck | None = None) -> None:
         self.inventory = inventory
         self.settings = settings
         self.releaser = releaser
         self.explainer = explainer
         self.evictor = evictor
+        # reads Kueue's Workloads for gangs that wait for Kueue long (queued.py)
+        self.queue_check = queue_check
         self.solve = solve
         self.fast_solve = fast_solve or solve
         self.clock = clock
@@ -200,6 +204,8 @@ class Cycle:
         # 6. Requeue: every pod left waiting says why; the queue per tenant is published.
         with self._phase(report, "requeue"):
             report.why = reasons(built, plan, self.settings.gang_timeout_seconds, now, rejected)
+            if self.queue_check is not None and not fast:
+                self.queue_check.amend(built, report.why, self.settings.backend, now)
             self._explain(built, report)
             if not fast:
                 self._queue_metrics(built, plan)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from admission.controller import keys
+from admission.controller.queued import CHECK_AFTER_S, RELIST_S
 from admission.controller.settings import Settings
 from admission.controller.unbound import SILENT_GRACES
 
@@ -106,6 +107,28 @@ REASONS: Final[tuple[Reason, ...]] = (
         "pod whose Workload says `Requeued=False` after `Preempted` is never admitted again "
         "by Kueue v0.19 or newer unless Kueue runs with "
         "`SkipReassignmentForPodOwnedWorkloads=false` (troubleshooting.md, step 1).",
+    ),
+    Reason(
+        "QueueWillNotAdmit", True, "Warning", "queued.py",
+        f"With `release.backend: kueue`, the gang has waited for Kueue at least "
+        f"{CHECK_AFTER_S:.0f} s and its "
+        "Workload says Kueue will not admit it as it stands: `Requeued=False` after Kueue took "
+        "its quota back (Kueue v0.19 and newer with `SkipReassignmentForPodOwnedWorkloads` on, "
+        "its default, never requeues a single pod it preempted while the pod carried Kueue's "
+        "gate), or `spec.active: false`. Berth reads the Workloads of such a namespace at most "
+        f"every {RELIST_S:.0f} s; without RBAC to list them "
+        "(config/components/kueue/rbac.yaml) the pod keeps saying `QueueAdmission`.",
+        "waiting: pod team-a/low: Kueue will not requeue its Workload pod-low-3f9a2 "
+        "(Requeued=False, Preempted: Preempted to accommodate a workload (UID: ...) due to "
+        "prioritization in the ClusterQueue); Kueue v0.19 and newer with its "
+        "SkipReassignmentForPodOwnedWorkloads feature gate on (its default) never admits again "
+        "a single pod it preempted while the pod carried Kueue's gate: run Kueue with "
+        "--feature-gates=SkipReassignmentForPodOwnedWorkloads=false (docs/troubleshooting.md, "
+        "step 1); it goes back to Kueue's queue when its Workload pod-low-3f9a2 is deactivated "
+        "and activated again (...), or when the pod is deleted and its owner makes another",
+        "Run Kueue with `--feature-gates=SkipReassignmentForPodOwnedWorkloads=false` "
+        "(troubleshooting.md, step 1); for the pod already stuck, deactivate and activate its "
+        "Workload again, or delete the pod so that its Job or other owner makes another.",
     ),
     Reason(
         "Quota", True, "Normal", "explain.py",

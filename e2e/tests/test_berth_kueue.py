@@ -28,6 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from admission import constants as c
 from admission.controller import keys
+from admission.controller.queued import CHECK_AFTER_S, REASON, RELIST_S
 from admission.devcluster import kueue as dk
 from admission.devcluster.processes import ProcessRecord
 from e2e.berth import BerthWebhook, berth_serve_as_deployed
@@ -256,18 +257,19 @@ def test_over_kueue_quota_a_pod_waits_for_kueue_and_berth_holds_nothing_for_it(
 HELD_CHECK = "berth.dev/e2e-never-answered"  # an AdmissionCheck controller nobody runs
 
 
-@pytest.fixture
-def kueue_held(cluster: E2ECluster, tenant_namespaces: dict[str, str],
-               tmp_path: Path) -> Iterator[tuple[ProcessRecord, str]]:
-    """Kueue (as the devcluster starts it) with team-a's queue behind an AdmissionCheck that is
-    Active but never answers: a Workload gets its quota reserved and its pod keeps Kueue's
-    gates, as in the moment between Kueue's reservation and its ungating. The ClusterQueue
-    preempts lower priorities; yields the manager and the name of a WorkloadPriorityClass
-    above the default."""
-    ns = tenant_namespaces["team-a"]
+@contextlib.contextmanager
+def _held_queue(cluster: E2ECluster, ns: str, workdir: Path,
+                feature_gates: dict[str, bool] | None = None
+                ) -> Iterator[tuple[ProcessRecord, str]]:
+    """Kueue (as the devcluster starts it, ``feature_gates`` on top) with ``ns``'s queue behind
+    an AdmissionCheck that is Active but never answers: a Workload gets its quota reserved and
+    its pod keeps Kueue's gates, as in the moment between Kueue's reservation and its
+    ungating. The ClusterQueue preempts lower priorities; yields the manager and the name of a
+    WorkloadPriorityClass above the default."""
     suffix = ns[-5:]
     check, high = f"held-{suffix}", f"high-{suffix}"
-    with kueue_manager(cluster, tmp_path / "kueue", ns, frameworks=("pod",)) as record:
+    with kueue_manager(cluster, workdir, ns, frameworks=("pod",),
+                       feature_gates=feature_gates) as record:
         checks = dk.kube.resource(cluster.api, KUEUE_V, "AdmissionCheck")
         classes = dk.kube.resource(cluster.api, KUEUE_V, "WorkloadPriorityClass")
         checks.create(body={"apiVersion": KUEUE_V, "kind": "AdmissionCheck",
@@ -294,8 +296,36 @@ def kueue_held(cluster: E2ECluster, tenant_namespaces: dict[str, str],
 
 
 @pytest.fixture
+def kueue_held(cluster: E2ECluster, tenant_namespaces: dict[str, str],
+               tmp_path: Path) -> Iterator[tuple[ProcessRecord, str]]:
+    """:func:`_held_queue` with Kueue as the devcluster runs it
+    (admission.devcluster.kueue.POD_INTEGRATION_GATES)."""
+    with _held_queue(cluster, tenant_namespaces["team-a"], tmp_path / "kueue") as held:
+        yield held
+
+
+@pytest.fixture
+def kueue_held_as_shipped(cluster: E2ECluster, tenant_namespaces: dict[str, str],
+                          tmp_path: Path) -> Iterator[tuple[ProcessRecord, str]]:
+    """:func:`_held_queue` with Kueue's SkipReassignmentForPodOwnedWorkloads gate as Kueue
+    ships it (on), as a cluster admin who missed the install notes runs it."""
+    with _held_queue(cluster, tenant_namespaces["team-a"], tmp_path / "kueue",
+                     feature_gates={"SkipReassignmentForPodOwnedWorkloads": True}) as held:
+        yield held
+
+
+@pytest.fixture
 def berth_held(cluster: E2ECluster, tenant_namespaces: dict[str, str],
                kueue_held: tuple[ProcessRecord, str], tmp_path: Path) -> Iterator[BerthWebhook]:
+    with berth_serve_as_deployed(cluster, tmp_path / "berth", tenant_namespaces,
+                                 components=("kueue",), edit_policy=_kueue_backend) as hook:
+        yield hook
+
+
+@pytest.fixture
+def berth_held_as_shipped(cluster: E2ECluster, tenant_namespaces: dict[str, str],
+                          kueue_held_as_shipped: tuple[ProcessRecord, str],
+                          tmp_path: Path) -> Iterator[BerthWebhook]:
     with berth_serve_as_deployed(cluster, tmp_path / "berth", tenant_namespaces,
                                  components=("kueue",), edit_policy=_kueue_backend) as hook:
         yield hook
@@ -327,20 +357,8 @@ def test_a_single_pod_kueue_preempts_before_it_ran_goes_back_to_kueues_queue(
     record, high = kueue_held
     ns = tenant_namespaces["team-a"]
     core = cluster.core
-    core.create_namespaced_pod(ns, pod_manifest("low", gpus=8))
     try:
-        eventually(lambda: _condition(_workload_of(cluster, ns, "low"), "QuotaReserved"),
-                   lambda cond: cond is not None and cond.status == "True", timeout=60,
-                   what="Kueue to reserve the low-priority pod's quota")
-        low = core.read_namespaced_pod("low", ns)
-        assert owners(low.spec.scheduling_gates) == BOTH, low.spec.scheduling_gates
-        # A pod of a higher priority that fits the quota only without the first: Kueue
-        # preempts the first while its pod still carries Kueue's gates.
-        core.create_namespaced_pod(ns, pod_manifest(
-            "high", gpus=8, labels={"kueue.x-k8s.io/priority-class": high}))
-        eventually(lambda: _condition(_workload_of(cluster, ns, "high"), "QuotaReserved"),
-                   lambda cond: cond is not None and cond.status == "True", timeout=60,
-                   what="Kueue to preempt the first and reserve the high-priority pod's quota")
+        _preempt_while_gated(cluster, ns, high)
         evicted = eventually(lambda: _workload_of(cluster, ns, "low"),
                              lambda w: (cond := _condition(w, "Requeued")) is not None
                              and cond.status == "True", timeout=30,
@@ -361,3 +379,56 @@ def test_a_single_pod_kueue_preempts_before_it_ran_goes_back_to_kueues_queue(
 def _waiting(pod: Any) -> Any:
     return next((cond for cond in pod.status.conditions or []
                  if cond.type == keys.CONDITION_WAITING), None)
+
+
+def _preempt_while_gated(cluster: E2ECluster, ns: str, high: str) -> None:
+    """A pod ``low`` whose quota Kueue reserves while its gates stay on, then a pod of a
+    higher priority that fits the quota only without it: Kueue preempts ``low``."""
+    core = cluster.core
+    core.create_namespaced_pod(ns, pod_manifest("low", gpus=8))
+    eventually(lambda: _condition(_workload_of(cluster, ns, "low"), "QuotaReserved"),
+               lambda cond: cond is not None and cond.status == "True", timeout=60,
+               what="Kueue to reserve the low-priority pod's quota")
+    low = core.read_namespaced_pod("low", ns)
+    assert owners(low.spec.scheduling_gates) == BOTH, low.spec.scheduling_gates
+    core.create_namespaced_pod(ns, pod_manifest(
+        "high", gpus=8, labels={"kueue.x-k8s.io/priority-class": high}))
+    eventually(lambda: _condition(_workload_of(cluster, ns, "high"), "QuotaReserved"),
+               lambda cond: cond is not None and cond.status == "True", timeout=60,
+               what="Kueue to preempt the first and reserve the high-priority pod's quota")
+
+
+def test_a_pod_kueue_will_never_admit_again_says_so_and_names_the_fix(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str],
+    kueue_held_as_shipped: tuple[ProcessRecord, str], berth_held_as_shipped: BerthWebhook
+) -> None:
+    """With Kueue's SkipReassignmentForPodOwnedWorkloads gate on (Kueue's default), a single
+    pod preempted while it still carries Kueue's gate is never admitted again. Berth, reading
+    Kueue's Workloads with the RBAC of config/components/kueue (enforced here), tells the pod
+    so: reason QueueWillNotAdmit, a Warning Event, the Workload's name and the fix; it never
+    places the pod."""
+    record, high = kueue_held_as_shipped
+    ns = tenant_namespaces["team-a"]
+    core = cluster.core
+    try:
+        _preempt_while_gated(cluster, ns, high)
+        stuck = eventually(lambda: _workload_of(cluster, ns, "low"),
+                           lambda w: (cond := _condition(w, "Requeued")) is not None
+                           and cond.status == "False", timeout=30,
+                           what="Kueue to leave the preempted pod's Workload not requeued")
+        said = eventually(lambda: _waiting(core.read_namespaced_pod("low", ns)),
+                          lambda cond: cond is not None and cond.reason == REASON,
+                          timeout=CHECK_AFTER_S + 2 * RELIST_S + 30,
+                          what=f"Berth to tell the stuck pod {REASON}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}{_logs(berth_held_as_shipped, record)}") from None
+    assert stuck.metadata.name in said.message, said.message
+    assert "--feature-gates=SkipReassignmentForPodOwnedWorkloads=false" in said.message
+    events = core.list_namespaced_event(
+        ns, field_selector=f"involvedObject.name=low,reason={REASON}").items
+    assert events and all(e.type == "Warning" for e in events), events
+    high_pod = core.read_namespaced_pod("high", ns)
+    assert _waiting(high_pod) is None or _waiting(high_pod).reason != REASON
+    low = core.read_namespaced_pod("low", ns)
+    assert low.status.phase == "Pending" and c.ANNOTATION_ASSIGNED_NODE not in (
+        low.metadata.annotations or {}), "Berth placed a pod Kueue had not admitted"

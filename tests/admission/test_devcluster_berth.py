@@ -77,7 +77,10 @@ def test_info_round_trips(tmp_path: Path) -> None:
 
 def test_rbac_files_add_a_components_own_rbac() -> None:
     assert rbac_files() == (RBAC_FILE,)
-    assert rbac_files(["kueue"]) == (RBAC_FILE,)  # Kueue builds its Workloads itself
+    # Kueue builds its Workloads itself; Berth only lists them (admission/controller/queued.py)
+    kueue = rbac_files(["kueue"])
+    assert len(kueue) == 2 and kueue[1].parts[-3:] == ("components", "kueue", "rbac.yaml")
+    assert "verbs: [\"list\"]" in kueue[1].read_text()
     volcano = rbac_files(["volcano"])
     assert len(volcano) == 2 and volcano[1].parts[-3:] == ("components", "volcano", "rbac.yaml")
 

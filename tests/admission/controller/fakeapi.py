@@ -86,6 +86,11 @@ class FakeApi:
         self.fail_after: int | None = None  # the n-th next pod patch crashes
         self.blocked: set[str] = set()  # pods a PodDisruptionBudget keeps from eviction
         self.evictions: list[str] = []  # pods evicted, in order
+        # list_custom: the versions each group is served in (a group not named: every
+        # version), an ApiError every list raises instead (RBAC), and the lists asked for
+        self.custom_versions: dict[str, tuple[str, ...]] = {}
+        self.custom_refusal: ApiError | None = None
+        self.custom_lists: list[tuple[str, str, str, str]] = []
 
     # -------------------------------------------------------------- helpers for tests
     def _bump(self, obj: Json) -> Json:
@@ -255,6 +260,16 @@ class FakeApi:
             raise Conflict(409, "the object has been modified")
         store[key] = self._bump(copy.deepcopy(body))
         return copy.deepcopy(store[key])
+
+    def list_custom(self, group: str, version: str, plural: str,
+                    namespace: str) -> list[Json]:
+        self.custom_lists.append((group, version, plural, namespace))
+        if self.custom_refusal is not None:
+            raise self.custom_refusal
+        if group in self.custom_versions and version not in self.custom_versions[group]:
+            raise NotFound(404, f"the server could not find {plural}.{group}/{version}")
+        return [copy.deepcopy(o) for (kind, ns, _), o in sorted(self.custom.items())
+                if kind == plural and ns == namespace]
 
     def apply_custom(self, group: str, version: str, plural: str, namespace: str,
                      body: Json) -> Json:
