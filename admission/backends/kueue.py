@@ -14,7 +14,9 @@ real Kueue v0.14 and v0.19 managers (e2e/tests/test_berth_kueue.py):
   (``SkipReassignmentForPodOwnedWorkloads``, on by default) and does not stop a pod that still
   carries its gate, so a single pod preempted between Kueue's quota reservation and its
   ungating stays gated forever; Kueue must run with that gate off in front of Berth
-  (docs/troubleshooting.md; admission.devcluster.kueue.POD_INTEGRATION_GATES).
+  (docs/troubleshooting.md; admission.devcluster.kueue.POD_INTEGRATION_GATES). Where it does
+  not, the controller reads such a pod's Workload and tells the pod (:func:`never_admitted`,
+  admission/controller/queued.py).
 
 Order and who decides what:
 
