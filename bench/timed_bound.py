@@ -43,6 +43,7 @@ from admission.simulate import SimulateError, parse_seeds  # noqa: E402
 from solver.simulate.generate import generate  # noqa: E402
 from solver.simulate.timed import TimedConfig, simulate_timed  # noqa: E402
 from solver.simulate.timed_scenario import Scenario, TimedGang  # noqa: E402
+from solver.types import MILLI  # noqa: E402
 
 #: Seconds CP-SAT may take per bound.
 TIME_CAP_S = 120.0
@@ -63,7 +64,7 @@ def pool_of(scenario: Scenario) -> Pool:
         p.models for a in scenario.arrivals for p in a.gang.pods if p.models))
     inside = tuple(a for a in scenario.arrivals
                    if all(p.models and p.models <= models for p in a.gang.pods))
-    capacity = sum(1000 for n in scenario.nodes for g in n.gpus if g.model in models)
+    capacity = sum(MILLI for n in scenario.nodes for g in n.gpus if g.model in models)
     return Pool(models, capacity, inside, len(scenario.arrivals))
 
 
@@ -134,7 +135,7 @@ def row(seed: int, *, time_cap_s: float = TIME_CAP_S) -> dict[str, object]:
     p99 = {name: r.wait_percentiles_s["p99"] for name, r in replay.items()}
     best = monotone({k: b for k, (b, _) in bounds.items()})
     return {"seed": seed, "pool": "+".join(sorted(pool.models)),
-            "pool_gpus": pool.capacity_milli // 1000, "pool_gangs": len(pool.gangs),
+            "pool_gpus": pool.capacity_milli // MILLI, "pool_gangs": len(pool.gangs),
             "gangs": pool.all_gangs, "rank": rank, "bounds": best,
             "statuses": sorted({s for _, s in bounds.values()}),
             "cpsat_p99": p99["cpsat"], "bestfit_p99": p99["bestfit"]}
