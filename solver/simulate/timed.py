@@ -162,7 +162,9 @@ class TimedConfig:
 
 @dataclass(frozen=True, slots=True)
 class GangOutcome:
-    """What became of one gang: ``state`` is ``departed``, ``running`` or ``waiting``."""
+    """What became of one gang: ``state`` is ``departed``, ``running`` or ``waiting``;
+    ``start_s`` and ``end_s`` are its last run's (None while it waits), ``first_start_s`` its
+    first start (earlier when reclaim evicted it and it started again, or waits again)."""
 
     gang: str
     tenant: str
@@ -170,10 +172,16 @@ class GangOutcome:
     start_s: float | None
     end_s: float | None
     state: str
+    first_start_s: float | None = None
 
     @property
     def wait_s(self) -> float | None:
-        return None if self.start_s is None else self.start_s - self.arrival_s
+        """From arrival to the gang's first start: the queueing delay as e2e/bench_compare.py
+        measures it on the real systems (the first moment all its pods ran). What a reclaimed
+        gang loses after that is its run so far (``TimedResult.reclaim_lost_gpu_s``), not
+        counted again as waiting."""
+        start = self.first_start_s if self.first_start_s is not None else self.start_s
+        return None if start is None else start - self.arrival_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -707,6 +715,7 @@ class _Replay:
     backfilled: int = 0
     reclaimed: int = 0
     reclaim_lost_gpu_s: float = 0.0
+    first_start: dict[str, float] = field(default_factory=dict)  # gang -> its first start
     planning: list[tuple[float, int, int, int]] = field(default_factory=list)
     # what the controller remembers across windows (solver/records.py), kept the same way
     records: Records = field(default_factory=Records)
@@ -924,6 +933,7 @@ class _Replay:
                 self.reserved_late += 1  # a window's rounding is not late
                 self.reserved_late_s += now - reserved
             self.placed[gp.gang] = p
+            self.first_start.setdefault(gp.gang, now)
             self.cluster.start(p)
             heapq.heappush(self.departures, (p.end_s, gp.gang))
             self.queues[timed.gang.tenant].remove(timed)
@@ -985,10 +995,10 @@ class _Replay:
             if p is not None:
                 state = "departed" if name in self.departed else "running"
                 outcomes.append(GangOutcome(name, a.gang.tenant, a.arrival_s, p.start_s,
-                                            p.end_s, state))
+                                            p.end_s, state, self.first_start.get(name)))
             elif name in waiting:
                 outcomes.append(GangOutcome(name, a.gang.tenant, a.arrival_s, None, None,
-                                            "waiting"))
+                                            "waiting", self.first_start.get(name)))
             # gangs arriving after `until` never entered the replay and are not reported
         return outcomes
 

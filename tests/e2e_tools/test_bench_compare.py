@@ -5,6 +5,7 @@ serves, and how watch events become waits, gang starts and partly bound gangs.""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -299,3 +300,21 @@ def test_a_file_that_is_not_a_saved_run_says_so(tmp_path: Path, text: str | None
     with pytest.raises(SystemExit) as got:
         bc.saved_run(f"{path}:berth")
     assert str(got.value.code).startswith("--medians-from: ") and says in str(got.value.code)
+
+
+def test_simulate_only_predicts_without_a_cluster_against_a_saved_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--simulate-only`` runs the simulator under the policy the berth system serves, needs
+    no control plane, and compares with the saved berth row of ``--report-from``."""
+    saved = tmp_path / "run.json"
+    saved.write_text(json.dumps([{
+        "system": "berth", "workload": "default", "started": 8, "never_started": 0,
+        "gpu_allocated": 0.5, "worst_fair_ratio": 0.9, "jain": 0.99,
+        "wait_s": {"p50": 1.0, "p90": 2.0, "p99": 3.0}}]))
+    assert bc.main(["--simulate-only", "--workloads", "default", "--max-gangs", "8",
+                    "--report-from", str(saved)]) == 0
+    out = capsys.readouterr().out
+    row = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    assert row["system"] == "simulated berth" and row["started"] == 8
+    assert "Simulator against the real run (Berth): p50 wait" in out
+    assert "against 1 s real" in out
