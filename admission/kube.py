@@ -87,6 +87,10 @@ class RawWatch(watch.Watch):
         return None
 
 
+#: The longest a read of a backend's objects (list_custom) may hold up a controller cycle.
+LIST_CUSTOM_TIMEOUT_S = 10.0
+
+
 class KubeApi:
     def __init__(self, api_client: client.ApiClient, *, request_timeout: float = 30.0) -> None:
         self.core = client.CoreV1Api(api_client)
@@ -236,8 +240,10 @@ class KubeApi:
 
     def list_custom(self, group: str, version: str, plural: str,
                     namespace: str) -> list[Json]:
+        # resourceVersion "0": served from the API server's watch cache, not a quorum read
         data = _call(self.custom.list_namespaced_custom_object, group, version, namespace,
-                     plural, _request_timeout=self.timeout)
+                     plural, resource_version="0",
+                     _request_timeout=min(self.timeout, LIST_CUSTOM_TIMEOUT_S))
         return data.get("items") or []
 
     # ------------------------------------------------------------------ self-signed certificates

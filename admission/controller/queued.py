@@ -9,8 +9,11 @@ namespaces where gangs have waited for Kueue at least :data:`CHECK_AFTER_S` and 
 gangs with :func:`admission.backends.kueue.never_admitted` instead (reason
 ``QueueWillNotAdmit``, a Warning).
 
-Cost: one list of Workloads per such namespace at most every :data:`RELIST_S`, only while a
-gang there waits for Kueue that long; nothing at all with the other backends. A cluster whose
+Cost: one list of Workloads per such namespace at most every :data:`RELIST_S` (served from the
+API server's watch cache), at most :data:`MAX_LISTS_PER_CYCLE` namespaces a cycle, only while a
+gang there waits for Kueue that long; nothing at all with the other backends. A list holds
+every Workload of the namespace: with thousands of pods waiting for Kueue's quota in one
+namespace that is megabytes every 30 s, the price of telling the few stranded ones. A cluster whose
 Berth may not list Workloads (RBAC from before this, config/components/kueue/rbac.yaml) or
 that does not serve them gets the plain message, and the log says why once.
 
@@ -23,7 +26,8 @@ changes the message on its own pods.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, MutableMapping
+import math
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -47,6 +51,9 @@ log = logging.getLogger(__name__)
 CHECK_AFTER_S = 30.0
 #: How often one namespace's Workloads are listed again while gangs there wait for Kueue.
 RELIST_S = 30.0
+#: The most namespaces whose Workloads one cycle lists (those listed longest ago first), so
+#: that a cluster with many namespaces waiting for Kueue adds a bounded time to a cycle.
+MAX_LISTS_PER_CYCLE = 4
 #: The reason a pod's condition and Event give when its queue will never admit it.
 REASON = "QueueWillNotAdmit"
 
@@ -85,8 +92,13 @@ class QueueCheck:
             if ns not in waiting:
                 del self._listed[ns]  # nothing waits there any more: forget what was read
         worded = 0
+        due = sorted((ns for ns in waiting if self._due(ns)),
+                     key=lambda ns: self._listed[ns].at if ns in self._listed else -math.inf)
+        for ns in due[:MAX_LISTS_PER_CYCLE]:
+            self._relist(ns)
         for ns, gang_keys in waiting.items():
-            words = self._words(ns)
+            listed = self._listed.get(ns)
+            words = listed.words if listed is not None else {}
             for key in gang_keys:
                 for pod in sorted(built.gangs[key].gated, key=tr.pod_key):
                     said = words.get(str(tr.meta(pod).get("uid") or ""))
@@ -97,19 +109,18 @@ class QueueCheck:
                         break
         return worded
 
-    def _words(self, namespace: str) -> Mapping[str, str]:
-        now = self.clock()
+    def _due(self, namespace: str) -> bool:
         listed = self._listed.get(namespace)
-        if listed is not None and now - listed.at < RELIST_S:
-            return listed.words
-        listed = _Listed(at=now)
-        self._listed[namespace] = listed
+        return listed is None or self.clock() - listed.at >= RELIST_S
+
+    def _relist(self, namespace: str) -> None:
+        listed = _Listed(at=self.clock())
         for workload in self._list(namespace):
             said = never_admitted(workload)
             if said is not None:
                 for uid in workload_owners(workload):
                     listed.words[uid] = said
-        return listed.words
+        self._listed[namespace] = listed
 
     def _list(self, namespace: str) -> list[tr.Obj]:
         versions = (self._version,) if self._version else WORKLOAD_VERSIONS

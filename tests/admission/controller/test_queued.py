@@ -275,3 +275,29 @@ def test_other_backends_never_read_workloads() -> None:
     ctl.relist()
     ctl.run_cycle()
     assert api.custom_lists == []
+
+
+def test_one_cycle_lists_a_bounded_number_of_namespaces_the_longest_unlisted_first() -> None:
+    from admission.controller.queued import MAX_LISTS_PER_CYCLE
+    from solver.types import Tenant
+
+    names = [f"t{i}" for i in range(MAX_LISTS_PER_CYCLE + 2)]
+    api = FakeApi()
+    api.add_node(node("n0", gpus=8))
+    clock = FakeClock()
+    s = settings(backend="kueue", tenants=tuple(Tenant(n) for n in names),
+                 namespaces={n: n for n in names}, queues={n: f"{n}-queue" for n in names})
+    for n in names:
+        _stuck_pod(api, f"p-{n}", ns=n)
+    ctl = controller(api, clock, s=s)
+    clock.advance(CHECK_AFTER_S + 1)
+    ctl.run_cycle()
+    first = [ns for _, _, _, ns in api.custom_lists]
+    assert len(first) == MAX_LISTS_PER_CYCLE
+    clock.advance(1)
+    ctl.run_cycle()
+    second = [ns for _, _, _, ns in api.custom_lists][len(first):]
+    assert sorted(first + second) == sorted(names)  # the rest next cycle, none twice
+    clock.advance(1)
+    ctl.run_cycle()
+    assert len(api.custom_lists) == len(names)  # nothing due before the relist period
