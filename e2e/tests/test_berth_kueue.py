@@ -359,10 +359,8 @@ def test_a_single_pod_kueue_preempts_before_it_ran_goes_back_to_kueues_queue(
     core = cluster.core
     try:
         _preempt_while_gated(cluster, ns, high)
-        evicted = eventually(lambda: _workload_of(cluster, ns, "low"),
-                             lambda w: (cond := _condition(w, "Requeued")) is not None
-                             and cond.status == "True", timeout=30,
-                             what="the preempted pod's Workload to be requeued")
+        evicted = _requeued(cluster, ns, "low", "True",
+                            what="the preempted pod's Workload to be requeued")
         assert _condition(evicted, "Requeued").reason == "Preempted", evicted.status
         # Back in the queue: when the quota frees, Kueue reserves it again.
         core.delete_namespaced_pod("high", ns, grace_period_seconds=0)
@@ -379,6 +377,13 @@ def test_a_single_pod_kueue_preempts_before_it_ran_goes_back_to_kueues_queue(
 def _waiting(pod: Any) -> Any:
     return next((cond for cond in pod.status.conditions or []
                  if cond.type == keys.CONDITION_WAITING), None)
+
+
+def _requeued(cluster: E2ECluster, ns: str, pod: str, status: str, *, what: str) -> Any:
+    """``pod``'s Workload once its ``Requeued`` condition has ``status``."""
+    return eventually(lambda: _workload_of(cluster, ns, pod),
+                      lambda w: (cond := _condition(w, "Requeued")) is not None
+                      and cond.status == status, timeout=30, what=what)
 
 
 def _preempt_while_gated(cluster: E2ECluster, ns: str, high: str) -> None:
@@ -412,10 +417,8 @@ def test_a_pod_kueue_will_never_admit_again_says_so_and_names_the_fix(
     core = cluster.core
     try:
         _preempt_while_gated(cluster, ns, high)
-        stuck = eventually(lambda: _workload_of(cluster, ns, "low"),
-                           lambda w: (cond := _condition(w, "Requeued")) is not None
-                           and cond.status == "False", timeout=30,
-                           what="Kueue to leave the preempted pod's Workload not requeued")
+        stuck = _requeued(cluster, ns, "low", "False",
+                          what="Kueue to leave the preempted pod's Workload not requeued")
         said = eventually(lambda: _waiting(core.read_namespaced_pod("low", ns)),
                           lambda cond: cond is not None and cond.reason == REASON,
                           timeout=CHECK_AFTER_S + 2 * RELIST_S + 30,

@@ -186,14 +186,21 @@ def test_workloads_are_listed_at_most_once_a_relist_period_per_namespace() -> No
     assert len(api.custom_lists) == 2
 
 
-def test_a_workload_requeued_later_turns_the_words_back() -> None:
-    api, clock, ctl = _kueue_cluster()
+def _stranded_and_told(api: FakeApi, clock: FakeClock, ctl: Any) -> str:
+    """A pod whose Workload ``w`` says Kueue will not requeue it, after a cycle past the
+    wait; returns its key, once its condition says so."""
     key = _stuck_pod(api)
     api.custom[("workloads", "team-a", "w")] = workload("w", ["low"], *STRANDED)
     clock.advance(CHECK_AFTER_S + 1)
     ctl.relist()
     ctl.run_cycle()
     assert condition(api, key)["reason"] == REASON  # type: ignore[index]
+    return key
+
+
+def test_a_workload_requeued_later_turns_the_words_back() -> None:
+    api, clock, ctl = _kueue_cluster()
+    key = _stranded_and_told(api, clock, ctl)
     # deactivated and activated again: Kueue requeues it
     api.custom[("workloads", "team-a", "w")] = workload(
         "w", ["low"], _cond("QuotaReserved", "False", "Pending", "waiting for quota"))
@@ -221,12 +228,7 @@ def test_a_workload_names_only_pods_of_its_own_namespace() -> None:
 def test_an_older_kueue_serves_v1beta1_and_the_version_is_remembered() -> None:
     api, clock, ctl = _kueue_cluster()
     api.custom_versions[KUEUE] = ("v1beta1",)
-    key = _stuck_pod(api)
-    api.custom[("workloads", "team-a", "w")] = workload("w", ["low"], *STRANDED)
-    clock.advance(CHECK_AFTER_S + 1)
-    ctl.relist()
-    ctl.run_cycle()
-    assert condition(api, key)["reason"] == REASON  # type: ignore[index]
+    _stranded_and_told(api, clock, ctl)
     clock.advance(RELIST_S + 1)
     ctl.run_cycle()
     assert [v for _, v, _, _ in api.custom_lists] == ["v1beta2", "v1beta1", "v1beta1"]
