@@ -205,7 +205,8 @@ class Cycle:
         with self._phase(report, "requeue"):
             report.why = reasons(built, plan, self.settings.gang_timeout_seconds, now, rejected)
             if self.queue_check is not None and not fast:
-                self.queue_check.amend(built, report.why, self.settings.backend, now)
+                self.metrics.never_admitted.set(self.queue_check.amend(
+                    built, report.why, self.settings.backend, now))
             self._explain(built, report)
             if not fast:
                 self._queue_metrics(built, plan)

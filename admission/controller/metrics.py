@@ -60,6 +60,11 @@ class Metrics:
             "berth_api_write_limit_cuts", "Times the controller halved its writes in flight "
             "because the API server answered slowly or asked it to wait (429/503/504): how "
             "often the server's load slowed Berth's releases (pacing.py)", registry=r)
+        self.never_admitted = Gauge(
+            "berth_queue_will_not_admit_gangs", "Gangs whose release backend's queue will "
+            "not admit them as its objects stand (Kueue: a Workload preempted and not requeued, "
+            "or deactivated; reason QueueWillNotAdmit, queued.py): they wait until a person "
+            "acts", registry=r)
         self.leader = Gauge("berth_leader", "1 while this replica holds the lease", registry=r)
         self.records = Counter(
             "berth_records", "The leader's saved records (fair share over time, learned "

@@ -169,6 +169,7 @@ def test_a_pod_kueue_will_never_admit_says_so_once_it_has_waited() -> None:
     assert event["reason"] == REASON and event["type"] == "Warning"
     assert c.SCHEDULING_GATE in gates(api, key) and c.KUEUE_GATE in gates(api, key)
     assert api.custom_lists == [(KUEUE, "v1beta2", "workloads", "team-a")]
+    assert ctl.metrics.registry.get_sample_value("berth_queue_will_not_admit_gangs") == 1
 
 
 def test_workloads_are_listed_at_most_once_a_relist_period_per_namespace() -> None:
@@ -207,6 +208,7 @@ def test_a_workload_requeued_later_turns_the_words_back() -> None:
     clock.advance(RELIST_S + 1)
     ctl.run_cycle()
     assert condition(api, key)["reason"] == "QueueAdmission"  # type: ignore[index]
+    assert ctl.metrics.registry.get_sample_value("berth_queue_will_not_admit_gangs") == 0
 
 
 def test_a_workload_names_only_pods_of_its_own_namespace() -> None:
