@@ -101,15 +101,16 @@ def never_admitted(workload: Obj) -> str | None:
     ``SkipReassignmentForPodOwnedWorkloads`` feature gate on (Kueue's default), it never does
     so for a Workload owned by one pod that still carries Kueue's gate: the pod waits for good
     (docs/troubleshooting.md, step 1). A Workload whose ``spec.active`` is false (deactivated
-    by a person or by Kueue's waitForPodsReady back-off) waits until it is activated again."""
+    by a person or by Kueue's waitForPodsReady back-off) waits until it is activated again.
+    One whose ``status.requeueState.requeueAt`` is set is requeued by Kueue then."""
     name = _quote(_field(workload, "metadata").get("name")) or "?"
-    back = (f"it goes back to Kueue's queue when its Workload {name} is deactivated and "
-            "activated again (`kubectl patch workload ... -p '{\"spec\":{\"active\":false}}' "
-            "--type merge`, then true), or when the pod is deleted and its owner makes another")
+    or_delete = "or when the pod is deleted and its owner makes another"
     if _field(workload, "spec").get("active") is False:
         return (f"Kueue will not admit it: its Workload {name} is deactivated (spec.active: "
-                f"false); {back.split(' when ', 1)[0]} when it is activated again, or when the "
-                "pod is deleted and its owner makes another")
+                f"false); it goes back to Kueue's queue when it is activated again, {or_delete}")
+    status = _field(workload, "status")
+    if _field(status, "requeueState").get("requeueAt"):
+        return None  # Kueue requeues it then (its waitForPodsReady back-off)
     finished = _condition(workload, "Finished")
     reserved = _condition(workload, "QuotaReserved")
     requeued = _condition(workload, "Requeued")
@@ -127,7 +128,9 @@ def never_admitted(workload: Obj) -> str | None:
                 "pod carried Kueue's gate: run Kueue with "
                 "--feature-gates=SkipReassignmentForPodOwnedWorkloads=false "
                 "(docs/troubleshooting.md, step 1); ")
-    return why + back
+    return (f"{why}it goes back to Kueue's queue when its Workload {name} is deactivated and "
+            "activated again (`kubectl patch workload ... -p '{\"spec\":{\"active\":false}}' "
+            f"--type merge`, then true), {or_delete}")
 
 
 class KueueBackend:

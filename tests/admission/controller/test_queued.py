@@ -76,6 +76,13 @@ def test_a_workload_kueue_may_still_admit_says_nothing(conditions: tuple[dict[st
     assert never_admitted(workload("w", ["p"], *conditions)) is None
 
 
+def test_a_workload_kueue_will_requeue_at_a_set_time_says_nothing() -> None:
+    """Kueue's waitForPodsReady back-off: Requeued=False until status.requeueState.requeueAt."""
+    w = workload("w", ["p"], *STRANDED)
+    w["status"]["requeueState"] = {"count": 1, "requeueAt": "2026-12-05T00:10:00Z"}
+    assert never_admitted(w) is None
+
+
 def test_a_deactivated_workload_is_never_admitted_until_activated() -> None:
     said = never_admitted(workload("w", ["p"], active=False))
     assert said is not None and "deactivated (spec.active: false)" in said
