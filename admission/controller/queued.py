@@ -60,7 +60,7 @@ REASON = "QueueWillNotAdmit"
 
 @dataclass
 class _Listed:
-    at: float  # monotonic seconds
+    at: float  # when, on QueueCheck's clock (seconds)
     words: dict[str, str] = field(default_factory=dict)  # pod uid -> never_admitted's words
 
 
@@ -69,7 +69,7 @@ class QueueCheck:
 
     def __init__(self, api: ClusterApi, clock: Callable[[], float]) -> None:
         self.api = api
-        self.clock = clock  # monotonic seconds
+        self.clock = clock  # seconds: the controller's clock as a timestamp
         self._listed: dict[str, _Listed] = {}
         self._version: str | None = None  # the Workload API version the cluster serves
         self._refused: str | None = None  # why listing failed, logged once
