@@ -123,6 +123,8 @@ class Controller:
 
     def on_pod_event(self, event: str, pod: Json) -> None:
         changed = self.inventory.apply_pod(event, pod)
+        if event == "ADDED":
+            self.pace.arrivals.seen()  # a creation burst lets the writes pause (pacing.py)
         if not changed:
             return
         if event != "DELETED" and self.is_fast_path(pod):

@@ -9,9 +9,14 @@ RFC 6817): the answer time of a write is compared with the best seen lately (the
 windowed minimum, which the Lease renewals every two seconds keep fresh even when nothing is
 released); above ``FACTOR`` x base + ``SLACK_S`` the server is queueing someone's work, and the
 limit halves (once per round trip); otherwise it grows by one per ``limit`` writes, up to
-``most``. A burst of pod creations thus gets the API server nearly to itself while Berth
-releases one pod at a time, and Berth's releases run ``most`` wide again once it is over
-(e2e/bench_pace.md measures both).
+``most``. While pods are being created quickly (a *creation burst*: at least ``BURST_PODS``
+new pods seen within ``BURST_WINDOW_S``, :class:`Arrivals`), the limit may fall below one: one
+write at a time with a pause after each, so that a write is in flight ``limit`` of the time,
+never less than the floor (``BURST_FLOOR``). A burst of pod creations thus gets the API server
+nearly to itself while Berth releases a pod now and then, and Berth's releases run ``most``
+wide again once it is over (e2e/bench_pace.md measures both). Outside a burst the limit never
+falls below one write in flight, so an API server that is merely slow for a long time still
+gets Berth's releases one after another.
 
 Only how many writes overlap changes: never their order, which the release protocol keeps by
 waiting for each step (release.py), and never whether a write is made.
@@ -33,24 +38,51 @@ SLACK_S = 0.005  # the noise of one round trip on an idle server
 WINDOW_S = 300.0  # how long the best answer time counts as the base
 BUCKET_S = 10.0  # the windowed minimum keeps one minimum per bucket of this length
 BUSY_STATUSES = frozenset({429, 503, 504})  # the server asking its clients to slow down
+BURST_PODS = 40  # new pods within BURST_WINDOW_S that make a creation burst
+BURST_WINDOW_S = 2.0
+BURST_FLOOR = 0.25  # the lowest limit during a creation burst (a write in flight 1/4 of the time)
+
+
+class Arrivals:
+    """When the controller last saw new pods, to tell a creation burst (``burst``) from a
+    server that is slow for other reasons. Thread-safe; keeps at most ``BURST_PODS`` times."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._times: deque[float] = deque(maxlen=BURST_PODS)
+        self._lock = threading.Lock()
+
+    def seen(self) -> None:
+        """A pod was created (the watch's ADDED)."""
+        with self._lock:
+            self._times.append(self.clock())
+
+    def burst(self) -> bool:
+        """Whether ``BURST_PODS`` pods were created within the last ``BURST_WINDOW_S``."""
+        with self._lock:
+            return (len(self._times) == BURST_PODS
+                    and self.clock() - self._times[0] <= BURST_WINDOW_S)
 
 
 class WritePace:
-    """How many writes may be in flight: between 1 and ``most``, adapted to the answer times.
+    """How many writes may be in flight: between 1 and ``most``, adapted to the answer times;
+    during a creation burst (``arrivals``) down to ``floor`` (below 1: a pause after each write).
 
     ``slot()`` wraps one write: it waits until fewer than the limit are in flight, times the
     write and adapts the limit to it. ``observe()`` takes the time of a write made outside the
     limit (the Lease's renewals) as a sample of the base alone."""
 
-    def __init__(self, most: int, *, adaptive: bool = True, floor: float = 1.0,
+    def __init__(self, most: int, *, adaptive: bool = True, floor: float = BURST_FLOOR,
                  clock: Callable[[], float] = time.monotonic,
+                 arrivals: Arrivals | None = None,
                  on_cut: Callable[[], None] | None = None) -> None:
         self.most = max(1, most)
         self.adaptive = adaptive
-        # Below 1: one write at a time with a pause after each, so that a write is in flight
-        # ``limit`` of the time (an experiment, BERTH_WRITE_PACING_FLOOR; bench_pace.md).
+        # Below 1, and only while pods are being created quickly: one write at a time with a
+        # pause after each, so that a write is in flight ``limit`` of the time (bench_pace.md).
         self.floor = min(1.0, max(1.0 / 64, floor))
         self.clock = clock
+        self.arrivals = arrivals or Arrivals(clock)
         self.limit = 1.0 if adaptive else float(self.most)
         self.in_flight = 0
         self._next_start = float("-inf")
@@ -91,9 +123,12 @@ class WritePace:
         self._sample(rtt, now)
         if not self.adaptive:
             return
+        floor = self.floor if self.arrivals.burst() else 1.0
+        if self.limit < floor:  # the burst is over: one write at a time at least, at once
+            self.limit = floor
         if busy or (base is not None and rtt > FACTOR * base + SLACK_S):
-            if self.limit > self.floor and now - self._last_cut >= rtt:  # once per round trip
-                self.limit = max(self.floor, self.limit / 2)
+            if self.limit > floor and now - self._last_cut >= rtt:  # once per round trip
+                self.limit = max(floor, self.limit / 2)
                 self._last_cut = now
                 self.halvings += 1
                 if self.on_cut is not None:
@@ -111,7 +146,7 @@ class WritePace:
             while True:
                 if self.in_flight < max(1, int(self.limit)):
                     pause = self._next_start - self.clock()
-                    if pause <= 0:
+                    if pause <= 0 or not self.arrivals.burst():
                         break
                     self._cond.wait(pause)
                 else:

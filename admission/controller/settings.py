@@ -6,11 +6,13 @@ The cycle and the release never look at the pydantic policy directly: they take 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from admission.backends import BackendName
+from admission.controller.pacing import BURST_FLOOR
 from admission.policy import Policy, Sharing, to_solver
 from admission.policy.model import DEFAULT_MAX_EXPECTED_RUNTIME
 from solver.names import SolverName
@@ -34,12 +36,14 @@ def write_pacing() -> bool:
 
 
 def write_pacing_floor() -> float:
-    """The lowest limit of the pacing: 1 write in flight, or (BERTH_WRITE_PACING_FLOOR, an
-    experiment) a fraction of one, a pause after each write (pacing.py)."""
+    """The lowest limit of the pacing during a creation burst: a fraction of one write in
+    flight, a pause after each write (pacing.py, ``BURST_FLOOR``); BERTH_WRITE_PACING_FLOOR
+    overrides it, to measure (1: never below one write in flight, as before 2026-12-06)."""
     try:
-        return float(os.environ.get("BERTH_WRITE_PACING_FLOOR", "1"))
+        floor = float(os.environ.get("BERTH_WRITE_PACING_FLOOR", str(BURST_FLOOR)))
     except ValueError:
-        return 1.0
+        return BURST_FLOOR
+    return floor if math.isfinite(floor) and floor > 0 else BURST_FLOOR
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,8 @@ class Settings:
     # Whether fewer than release_writers are in flight while the API server answers slowly
     # (pacing.py: Berth's writes yield to its other clients). Off: always release_writers.
     write_pacing: bool = True
-    write_pacing_floor: float = 1.0
+    # the lowest limit during a creation burst (below 1: a pause after each write)
+    write_pacing_floor: float = BURST_FLOOR
     # A pod Berth released and its scheduler has not bound this long after says so
     # (condition reason NotBound and a Warning Event; see unbound.py).
     bind_grace_seconds: float = 30.0

@@ -11,7 +11,16 @@ import pytest
 
 from admission import constants as c
 from admission.controller.api import ApiError
-from admission.controller.pacing import BUCKET_S, WINDOW_S, PacedApi, WritePace
+from admission.controller.pacing import (
+    BUCKET_S,
+    BURST_FLOOR,
+    BURST_PODS,
+    BURST_WINDOW_S,
+    WINDOW_S,
+    Arrivals,
+    PacedApi,
+    WritePace,
+)
 from admission.controller.settings import write_pacing, write_pacing_floor
 from solver.api import solve
 from tests.admission.controller.fakeapi import FakeApi
@@ -31,6 +40,12 @@ class Clock:  # seconds, for WritePace (the controller's FakeClock is a datetime
 def write(pace: WritePace, clock: Clock, rtt: float) -> None:
     with pace.slot():
         clock.now += rtt
+
+
+def creating(pace: WritePace, pods: int = BURST_PODS) -> None:
+    """``pods`` pods created at once, as the controller's pod watch reports them."""
+    for _ in range(pods):
+        pace.arrivals.seen()
 
 
 def test_starts_at_one_and_grows_to_most_while_answers_stay_fast() -> None:
@@ -116,6 +131,7 @@ def test_fixed_when_pacing_is_off() -> None:
 
 def test_below_one_the_next_write_really_waits() -> None:
     pace = WritePace(8, floor=0.25)
+    creating(pace)
     pace.observe(0.001)
     with pace.slot():
         time.sleep(0.05)  # slow: a cut to 0.5 and a pause of one round trip
@@ -176,6 +192,7 @@ def test_below_one_a_pause_follows_each_write_and_one_good_answer_lifts_it() -> 
     clock = Clock()
     pace = WritePace(8, floor=0.25, clock=clock)
     pace.observe(0.010)
+    creating(pace)
     write(pace, clock, 0.100)
     assert pace.limit == 0.5
     assert pace._next_start == pytest.approx(clock.now + 0.100)  # in flight half the time
@@ -204,10 +221,15 @@ def test_the_controller_sends_every_release_write_through_its_pace() -> None:
 
 
 @pytest.mark.parametrize("env, pacing, floor", [
-    ({}, True, 1.0), ({"BERTH_WRITE_PACING": "off"}, False, 1.0),
-    ({"BERTH_WRITE_PACING": " OFF "}, False, 1.0), ({"BERTH_WRITE_PACING": "on"}, True, 1.0),
-    ({"BERTH_WRITE_PACING_FLOOR": "0.25"}, True, 0.25),
-    ({"BERTH_WRITE_PACING_FLOOR": "a quarter"}, True, 1.0)])
+    ({}, True, BURST_FLOOR), ({"BERTH_WRITE_PACING": "off"}, False, BURST_FLOOR),
+    ({"BERTH_WRITE_PACING": " OFF "}, False, BURST_FLOOR),
+    ({"BERTH_WRITE_PACING": "on"}, True, BURST_FLOOR),
+    ({"BERTH_WRITE_PACING_FLOOR": "1"}, True, 1.0),
+    ({"BERTH_WRITE_PACING_FLOOR": "0.125"}, True, 0.125),
+    ({"BERTH_WRITE_PACING_FLOOR": "a quarter"}, True, BURST_FLOOR),
+    ({"BERTH_WRITE_PACING_FLOOR": "nan"}, True, BURST_FLOOR),
+    ({"BERTH_WRITE_PACING_FLOOR": "-1"}, True, BURST_FLOOR),
+    ({"BERTH_WRITE_PACING_FLOOR": "0"}, True, BURST_FLOOR)])
 def test_the_environment_switches(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
                                   pacing: bool, floor: float) -> None:
     monkeypatch.delenv("BERTH_WRITE_PACING", raising=False)
@@ -229,3 +251,64 @@ def test_every_cut_is_told_to_the_controller_s_counter() -> None:
         write(pace, clock, 0.100)  # slow, each a round trip after the last cut
     assert pace.halvings == 3
     assert metrics.registry.get_sample_value("berth_api_write_limit_cuts_total") == 3
+
+
+def test_a_burst_is_enough_new_pods_within_the_window_and_ends_when_they_stop() -> None:
+    clock = Clock()
+    arrivals = Arrivals(clock)
+    for _ in range(BURST_PODS - 1):
+        arrivals.seen()
+        clock.now += 0.01
+    assert not arrivals.burst()
+    arrivals.seen()
+    assert arrivals.burst()
+    clock.now += BURST_WINDOW_S
+    assert not arrivals.burst()  # the oldest of the last BURST_PODS is too old now
+    slow = Arrivals(clock)  # pods created steadily but slowly never make a burst
+    for _ in range(10 * BURST_PODS):
+        slow.seen()
+        clock.now += 2 * BURST_WINDOW_S / BURST_PODS
+        assert not slow.burst()
+
+
+def test_outside_a_burst_the_limit_never_falls_below_one_write() -> None:
+    """A server slow for long (not a creation burst) still gets writes one after another,
+    without pauses, however low the floor."""
+    clock = Clock()
+    pace = WritePace(8, floor=1 / 64, clock=clock)
+    pace.observe(0.001)
+    for _ in range(20):
+        before = clock.now
+        write(pace, clock, 0.100)
+        assert pace.limit == 1 and pace._next_start <= clock.now
+        assert clock.now - before == pytest.approx(0.100)  # no pause before the write
+
+
+def test_when_the_burst_ends_the_pause_is_dropped_and_the_limit_is_one_again() -> None:
+    clock = Clock()
+    pace = WritePace(8, floor=0.25, clock=clock)
+    pace.observe(0.010)
+    creating(pace)
+    write(pace, clock, 0.100)
+    clock.now = pace._next_start  # (a fake clock: the pause is waited for by hand)
+    write(pace, clock, 0.100)
+    assert pace.limit == 0.25 and pace._next_start > clock.now
+    clock.now += BURST_WINDOW_S  # no pod created since: the burst is over
+    start = clock.now
+    write(pace, clock, 0.100)  # still slow, yet not paused, and the limit is one write
+    assert clock.now - start == pytest.approx(0.100)
+    assert pace.limit == 1
+
+
+def test_the_controller_counts_created_pods_from_its_watch_and_nothing_else() -> None:
+    api = gang_cluster([(1, 1)], nodes=1)
+    ctl = controller(api, FakeClock(), s=controller_settings(release_writers=8),
+                     solve_fn=lambda snap: solve(snap, solver="bestfit"))
+    pod = next(iter(api.pods.values()))
+    for event in ("MODIFIED", "DELETED") * BURST_PODS:
+        ctl.on_pod_event(event, pod)
+    assert not ctl.pace.arrivals.burst()
+    for i in range(BURST_PODS):
+        ctl.on_pod_event("ADDED", {**pod, "metadata": {**pod["metadata"], "name": f"n{i}",
+                                                       "uid": f"u{i}"}})
+    assert ctl.pace.arrivals.burst()
