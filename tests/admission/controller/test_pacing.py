@@ -48,6 +48,14 @@ def creating(pace: WritePace, pods: int = BURST_PODS) -> None:
         pace.arrivals.seen()
 
 
+def in_a_burst(clock: Clock) -> WritePace:
+    """A pace that may go down to a quarter, its base 10 ms, while pods are being created."""
+    pace = WritePace(8, floor=0.25, clock=clock)
+    pace.observe(0.010)
+    creating(pace)
+    return pace
+
+
 def test_starts_at_one_and_grows_to_most_while_answers_stay_fast() -> None:
     clock = Clock()
     pace = WritePace(8, clock=clock)
@@ -190,9 +198,7 @@ def test_paced_api_holds_pod_writes_and_events_and_times_the_lease() -> None:
 
 def test_below_one_a_pause_follows_each_write_and_one_good_answer_lifts_it() -> None:
     clock = Clock()
-    pace = WritePace(8, floor=0.25, clock=clock)
-    pace.observe(0.010)
-    creating(pace)
+    pace = in_a_burst(clock)
     write(pace, clock, 0.100)
     assert pace.limit == 0.5
     assert pace._next_start == pytest.approx(clock.now + 0.100)  # in flight half the time
@@ -286,9 +292,7 @@ def test_outside_a_burst_the_limit_never_falls_below_one_write() -> None:
 
 def test_when_the_burst_ends_the_pause_is_dropped_and_the_limit_is_one_again() -> None:
     clock = Clock()
-    pace = WritePace(8, floor=0.25, clock=clock)
-    pace.observe(0.010)
-    creating(pace)
+    pace = in_a_burst(clock)
     write(pace, clock, 0.100)
     clock.now = pace._next_start  # (a fake clock: the pause is waited for by hand)
     write(pace, clock, 0.100)
