@@ -256,6 +256,142 @@ class ApiserverProfile:
             (self.out / f"{self.name}.apiserver.txt").write_text(top.stdout + top.stderr)
 
 
+_SCHED_SERIES = re.compile(
+    r'^(scheduler_pending_pods|scheduler_schedule_attempts_total|rest_client_requests_total'
+    r'|rest_client_rate_limiter_duration_seconds_(?:sum|count)'
+    r'|scheduler_event_handling_duration_seconds_(?:sum|count)'
+    r'|scheduler_queue_incoming_pods_total|process_cpu_seconds_total)(?:\{([^}]*)\})? (\S+)$')
+#: the label that tells each series' values apart in the trace (others are summed over)
+_SCHED_KEY = {"scheduler_pending_pods": "queue", "scheduler_schedule_attempts_total": "result",
+              "rest_client_requests_total": "method",  # and its code, below
+              "rest_client_rate_limiter_duration_seconds_sum": "verb",
+              "rest_client_rate_limiter_duration_seconds_count": "verb",
+              "scheduler_event_handling_duration_seconds_sum": "event",
+              "scheduler_event_handling_duration_seconds_count": "event",
+              "scheduler_queue_incoming_pods_total": "event"}
+
+
+def scheduler_sample(text: str) -> dict[str, float]:
+    """The kube-scheduler's queue, attempts, client requests and rate-limiter waits, event
+    handling and CPU from one scrape of its /metrics, as flat ``name{key}`` -> value."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _SCHED_SERIES.match(line)
+        if not m:
+            continue
+        name, labels, value = m.groups()
+        key = _SCHED_KEY.get(name)
+        lab = dict(_LABEL.findall(labels or ""))
+        tag = lab.get(key, "") if key else ""
+        if name == "rest_client_requests_total":
+            tag += f" {lab.get('code', '?')}"
+        k = f"{name}{{{tag}}}" if tag else name
+        out[k] = out.get(k, 0.0) + float(value)
+    return out
+
+
+class SchedulerTrace:
+    """kube-scheduler's own view of a burst: its /metrics every second from the first create
+    until every pod runs (pending pods by queue: active, backoff, unschedulable, gated; its
+    scheduling attempts; its API requests and how long its client's rate limiter held them;
+    how long it took to handle each kind of event; its CPU) and a Go CPU profile over the
+    first ``seconds``, into DIR. The profile's and the scrapes' CPU fall on these 2 cores
+    for every system alike."""
+
+    def __init__(self, out: Path | None, name: str, cluster: DevCluster,
+                 seconds: int = 30) -> None:
+        self.out, self.name, self.seconds = out, name, seconds
+        self.url = f"https://127.0.0.1:{cluster.ports.scheduler}"
+        self.ctx = https_context(cert=cluster.pki.admin_cert, key=cluster.pki.admin_key)
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.samples: list[dict[str, float]] = []
+        self.t0 = 0.0
+
+    def _get(self, path: str, timeout: float) -> bytes:
+        with urllib.request.urlopen(self.url + path, context=self.ctx, timeout=timeout) as r:
+            return bytes(r.read())
+
+    def _scrape(self) -> None:
+        while not self.stop.is_set():
+            at = time.monotonic()
+            with contextlib.suppress(OSError):
+                sample = scheduler_sample(self._get("/metrics", 10).decode())
+                sample["t"] = round(at - self.t0, 2)
+                self.samples.append(sample)
+            self.stop.wait(max(0.0, 1.0 - (time.monotonic() - at)))
+
+    def _profile(self) -> None:
+        assert self.out is not None
+        with contextlib.suppress(OSError):
+            data = self._get(f"/debug/pprof/profile?seconds={self.seconds}", self.seconds + 60)
+            (self.out / f"{self.name}.scheduler.pprof").write_bytes(data)
+
+    def __enter__(self) -> SchedulerTrace:
+        if self.out is not None:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self.t0 = time.monotonic()
+            self.threads = [threading.Thread(target=f, daemon=True)
+                            for f in (self._scrape, self._profile)]
+            for t in self.threads:
+                t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.out is None:
+            return
+        self.stop.set()
+        for t in self.threads:
+            t.join(self.seconds + 90)
+        (self.out / f"{self.name}.scheduler.json").write_text(json.dumps(self.samples) + "\n")
+        summary = scheduler_summary(self.samples)
+        prof = self.out / f"{self.name}.scheduler.pprof"
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        if prof.exists() and Path(go).exists():
+            top = subprocess.run([go, "tool", "pprof", "-top", "-cum", "-nodecount=60",
+                                  str(prof)], capture_output=True, text=True, timeout=120)
+            (self.out / f"{self.name}.scheduler-pprof.txt").write_text(top.stdout + top.stderr)
+        (self.out / f"{self.name}.scheduler.txt").write_text("\n".join(summary) + "\n")
+        print(f"{self.name}: kube-scheduler\n" + "\n".join(summary[:14]), flush=True)
+
+
+def scheduler_summary(samples: list[dict[str, float]]) -> list[str]:
+    """A table, every 5 s of a trace: the scheduler's queue by kind, its attempts, its API
+    requests and its client's rate-limiter wait (mean over the interval) and its CPU."""
+    rows = ["| t s | active | backoff | unschedulable | gated | scheduled | unschedulable tries"
+            " | POST | PATCH | limiter wait ms (mean) | event handling ms (mean) | cpu s |",
+            "|" + "---|" * 12]
+    if not samples:
+        return rows
+    prev = samples[0]  # counters run from the scheduler's start: report their increase
+    for s in samples[1:]:
+        if int(s["t"] // 5) == int(prev["t"] // 5) and s is not samples[-1]:
+            continue
+
+        d = {k: v - prev.get(k, 0.0) for k, v in s.items()}
+
+        def total(prefix: str, d: dict[str, float] = d) -> float:
+            return sum(v for k, v in d.items() if k.startswith(prefix))
+
+        lim_n = total("rest_client_rate_limiter_duration_seconds_count")
+        lim_s = total("rest_client_rate_limiter_duration_seconds_sum")
+        ev_n = total("scheduler_event_handling_duration_seconds_count")
+        ev_s = total("scheduler_event_handling_duration_seconds_sum")
+        q = {k: int(s.get(f"scheduler_pending_pods{{{k}}}", 0))
+             for k in ("active", "backoff", "unschedulable", "gated")}
+        rows.append(
+            f"| {s['t']:.0f} | {q['active']} | {q['backoff']} | {q['unschedulable']} | "
+            f"{q['gated']} | {int(d.get('scheduler_schedule_attempts_total{scheduled}', 0))} | "
+            f"{int(d.get('scheduler_schedule_attempts_total{unschedulable}', 0))} | "
+            f"{int(total('rest_client_requests_total{POST '))} | "
+            f"{int(total('rest_client_requests_total{PATCH '))} | "
+            f"{1000 * lim_s / lim_n if lim_n else 0:.0f} | "
+            f"{1000 * ev_s / ev_n if ev_n else 0:.2f} | "
+            f"{d.get('process_cpu_seconds_total', 0):.1f} |")
+        prev = s
+    return rows
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace, cluster: DevCluster, e2e: E2ECluster,
                  work: Path, fleet_gpus: int) -> None:
@@ -309,7 +445,34 @@ class Bench:
                         self.args.logs.mkdir(parents=True, exist_ok=True)
                         shutil.copyfile(hook.log, self.args.logs / f"{name}.log")
 
+    def scheduler_requests(self) -> float:
+        """How many API requests kube-scheduler has made since it started (its /metrics)."""
+        ctx = https_context(cert=self.cluster.pki.admin_cert, key=self.cluster.pki.admin_key)
+        url = f"https://127.0.0.1:{self.cluster.ports.scheduler}/metrics"
+        with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
+            sample = scheduler_sample(r.read().decode())
+        return sum(v for k, v in sample.items() if k.startswith("rest_client_requests_total"))
+
+    def scheduler_quiet(self, quiet_s: float = 5.0, timeout: float = 900) -> None:
+        """Wait until kube-scheduler has made no API request for ``quiet_s``. Its client
+        sends at most 50 a second (``--kube-api-qps``); the pods of the system before that did
+        not fit are tried again as the others are deleted, and each try queues a status patch
+        behind that limit, which is still draining, on pods long gone, when the next burst
+        starts (2026-12-06: 15-20 s of the next system's first binds, whichever it was)."""
+        start = last_change = time.monotonic()
+        first = last = self.scheduler_requests()
+        while time.monotonic() - last_change < quiet_s:
+            if time.monotonic() - start > timeout:
+                raise RuntimeError(f"kube-scheduler still busy after {timeout:.0f} s")
+            time.sleep(1)
+            now = self.scheduler_requests()
+            if now != last:
+                last, last_change = now, time.monotonic()
+        print(f"kube-scheduler quiet after {time.monotonic() - start:.0f} s "
+              f"({last - first:.0f} requests drained)", flush=True)
+
     def run(self, name: str) -> dict[str, Any]:
+        self.scheduler_quiet()  # the previous system's clean-up must not delay this burst
         namespaces = {"team-a": make_namespace(self.core, f"pace-{name}-a"),
                       "team-b": make_namespace(self.core, f"pace-{name}-b")}
         try:
@@ -359,22 +522,23 @@ class Bench:
         hook_sum0, hook_n0, writes0 = apiserver_counters(self.e2e.api)
         api0, own0 = cpu_seconds([self.apiserver]), cpu_seconds(procs())
         t0 = time.monotonic()
-        with Profiler(args.profile, name, self.berth_pid), \
-                ApiserverProfile(args.profile, name, self.e2e.api), \
-                ThreadPoolExecutor(max_workers=args.threads) as pool:
-            list(pool.map(burst.create, range(args.pods)))
-            create_s = time.monotonic() - t0  # before the profilers finish
-            api_create = cpu_seconds([self.apiserver]) - api0
-            hook_sum, hook_n, writes_created = apiserver_counters(self.e2e.api)
-        can_run = min(len(created), self.fleet_gpus)
-        if runs:
-            deadline = time.monotonic() + args.timeout
-            while time.monotonic() < deadline:
-                with tracker.lock:
-                    if len(tracker.running) >= can_run:
-                        break
-                time.sleep(1)
-        settled = time.monotonic() - t0
+        with SchedulerTrace(args.scheduler, name, self.cluster):
+            with Profiler(args.profile, name, self.berth_pid), \
+                    ApiserverProfile(args.profile, name, self.e2e.api), \
+                    ThreadPoolExecutor(max_workers=args.threads) as pool:
+                list(pool.map(burst.create, range(args.pods)))
+                create_s = time.monotonic() - t0  # before the profilers finish
+                api_create = cpu_seconds([self.apiserver]) - api0
+                hook_sum, hook_n, writes_created = apiserver_counters(self.e2e.api)
+            can_run = min(len(created), self.fleet_gpus)
+            if runs:
+                deadline = time.monotonic() + args.timeout
+                while time.monotonic() < deadline:
+                    with tracker.lock:
+                        if len(tracker.running) >= can_run:
+                            break
+                    time.sleep(1)
+            settled = time.monotonic() - t0
         writes_all = apiserver_counters(self.e2e.api)[2]
         api_all = cpu_seconds([self.apiserver]) - api0
         own_all = cpu_seconds(procs()) - own0
@@ -465,6 +629,10 @@ def main() -> int:
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
                     help="py-spy Berth's processes during each burst's creates, and take a "
                     "CPU profile of the kube-apiserver over their first 30 s, into DIR")
+    ap.add_argument("--scheduler", type=Path, default=None, metavar="DIR",
+                    help="trace kube-scheduler through each burst into DIR: its /metrics "
+                    "every second (queue by kind, attempts, API requests and rate-limiter "
+                    "waits, event handling, CPU) and a Go CPU profile of its first 30 s")
     ap.add_argument("--logs", type=Path, default=None, metavar="DIR",
                     help="copy each Berth system's log here (its cycle lines time each phase)")
     ap.add_argument("--warmup", action="store_true",

@@ -326,6 +326,10 @@ class DevCluster:
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             f"--secure-port={self.ports.scheduler}",
+            # So its /metrics and /debug/pprof answer the admin's client certificate (the
+            # benchmarks read them); without these it authenticates no one.
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
         ])
         url = f"https://127.0.0.1:{self.ports.scheduler}/healthz"
         ctx = processes.https_context()
