@@ -57,6 +57,8 @@ class Inventory:
         self._dra: dict[str, dict[str, Obj]] = {}
         self._jobs: dict[str, Obj] = {}
         self._version = 0  # bumped on every change, so the fast path can tell news from noise
+        # keys of the pods Berth released that no scheduler has bound yet (released_unbound)
+        self._unbound: set[str] = set()
         # uid -> the resourceVersion at which a pod left the inventory (_FOREVER once deleted,
         # finished or terminating, states no pod comes back from). The release records what
         # the API server answered, and that answer may arrive after the watch's DELETED: without
@@ -88,6 +90,7 @@ class Inventory:
                 if event == "DELETED" and meta(old).get("uid") != meta(pod).get("uid"):
                     return False
                 del self._pods[key]
+                self._unbound.discard(key)
             else:
                 # Ignore stale copies: of a pod already dropped at a later version (or for good),
                 # and echoes of an object the release already recorded.
@@ -97,6 +100,10 @@ class Inventory:
                         and _rv(old) > _rv(pod):
                     return False
                 self._pods[key] = pod
+                if _waits_for_scheduler(pod):
+                    self._unbound.add(key)
+                else:
+                    self._unbound.discard(key)
             self._version += 1
             return True
 
@@ -121,7 +128,13 @@ class Inventory:
             for p in fresh.values():
                 self._dropped.pop(str(meta(p).get("uid") or ""), None)
             self._pods = fresh
+            self._unbound = {k for k, p in fresh.items() if _waits_for_scheduler(p)}
             self._version += 1
+
+    def released_unbound(self) -> int:
+        """How many pods Berth released that no scheduler has bound yet: the queue its
+        scheduler still has to work through (the writes' pacing keeps it from running dry)."""
+        return len(self._unbound)
 
     # ---------------------------------------------------------------- nodes
     def apply_node(self, event: str, node: Obj) -> bool:
@@ -216,7 +229,8 @@ class Inventory:
 
     def counts(self) -> dict[str, Any]:
         with self._lock:
-            return {"nodes": len(self._nodes), "pods": len(self._pods), "jobs": len(self._jobs)}
+            return {"nodes": len(self._nodes), "pods": len(self._pods), "jobs": len(self._jobs),
+                    "released_unbound": len(self._unbound)}
 
 
 def object_key(obj: Obj) -> str:
@@ -248,3 +262,8 @@ def slim(obj: Obj) -> Obj:
 
 def _berth_released(pod: Obj) -> bool:
     return bool((meta(pod).get("annotations") or {}).get(c.ANNOTATION_ASSIGNED_NODE))
+
+
+def _waits_for_scheduler(pod: Obj) -> bool:
+    """Released by Berth (its placement written, its gate gone) and not yet bound."""
+    return _berth_released(pod) and not has_berth_gate(pod) and not spec(pod).get("nodeName")

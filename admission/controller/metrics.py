@@ -57,6 +57,10 @@ class Metrics:
             "berth_api_write_limit", "Pod writes and Events the controller may have in flight "
             "now: fewer while the API server answers slowly, below 1 (a pause after each write) "
             "during a burst of pod creations (pacing.py)", registry=r)
+        self.released_unbound = Gauge(
+            "berth_released_unbound_pods", "Pods Berth released that their scheduler has not "
+            "bound yet; while fewer than 100, a burst of pod creations does not pause Berth's "
+            "writes (pacing.py)", registry=r)
         self.write_limit_cuts = Counter(
             "berth_api_write_limit_cuts", "Times the controller halved its writes in flight "
             "because the API server answered slowly or asked it to wait (429/503/504): how "

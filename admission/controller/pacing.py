@@ -14,7 +14,12 @@ new pods seen within ``BURST_WINDOW_S``, :class:`Arrivals`), the limit may fall 
 write at a time with a pause after each, so that a write is in flight ``limit`` of the time,
 never less than the floor (``BURST_FLOOR``). A burst of pod creations thus gets the API server
 nearly to itself while Berth releases a pod now and then, and Berth's releases run ``most``
-wide again once it is over (e2e/bench_pace.md measures both). Outside a burst the limit never
+wide again once it is over (e2e/bench_pace.md measures both). The pause never starves the
+scheduler behind Berth: while fewer than ``FEED_PODS`` of the pods Berth released wait to be
+bound (``scheduler_short``), the writes go on at one in flight or more, burst or not, since a
+release the scheduler could have bound by now costs that pod its start, and the scheduler binds
+at its own pace whatever the creates do (kube-scheduler: 50 a second at its default client
+limit). Outside a burst the limit never
 falls below one write in flight, so an API server that is merely slow for a long time still
 gets Berth's releases one after another.
 
@@ -41,6 +46,9 @@ BUSY_STATUSES = frozenset({429, 503, 504})  # the server asking its clients to s
 BURST_PODS = 40  # new pods within BURST_WINDOW_S that make a creation burst
 BURST_WINDOW_S = 2.0
 BURST_FLOOR = 0.25  # the lowest limit during a creation burst (a write in flight 1/4 of the time)
+#: Released pods not yet bound below which a burst does not pause the writes: two seconds of
+#: kube-scheduler's binds at its default client limit (``--kube-api-qps`` 50).
+FEED_PODS = 100
 
 
 class Arrivals:
@@ -66,7 +74,8 @@ class Arrivals:
 
 class WritePace:
     """How many writes may be in flight: between 1 and ``most``, adapted to the answer times;
-    during a creation burst (``arrivals``) down to ``floor`` (below 1: a pause after each write).
+    during a creation burst (``arrivals``) down to ``floor`` (below 1: a pause after each write)
+    unless the scheduler is short of released pods (``scheduler_short``).
 
     ``slot()`` wraps one write: it waits until fewer than the limit are in flight, times the
     write and adapts the limit to it. ``observe()`` takes the time of a write made outside the
@@ -75,9 +84,12 @@ class WritePace:
     def __init__(self, most: int, *, adaptive: bool = True, floor: float = BURST_FLOOR,
                  clock: Callable[[], float] = time.monotonic,
                  arrivals: Arrivals | None = None,
-                 on_cut: Callable[[], None] | None = None) -> None:
+                 on_cut: Callable[[], None] | None = None,
+                 scheduler_short: Callable[[], bool] | None = None) -> None:
         self.most = max(1, most)
         self.adaptive = adaptive
+        # True while the scheduler behind Berth has too few released pods left to bind
+        self.scheduler_short = scheduler_short or (lambda: False)
         # Below 1, and only while pods are being created quickly: one write at a time with a
         # pause after each, so that a write is in flight ``limit`` of the time (bench_pace.md).
         self.floor = min(1.0, max(1.0 / 64, floor))
@@ -123,7 +135,7 @@ class WritePace:
         self._sample(rtt, now)
         if not self.adaptive:
             return
-        floor = self.floor if self.arrivals.burst() else 1.0
+        floor = self.floor if self._may_pause() else 1.0
         if self.limit < floor:  # the burst is over: one write at a time at least, at once
             self.limit = floor
         if busy or (base is not None and rtt > FACTOR * base + SLACK_S):
@@ -140,13 +152,17 @@ class WritePace:
         if self.limit < 1:
             self._next_start = now + rtt * (1 / self.limit - 1)
 
+    def _may_pause(self) -> bool:
+        """A creation burst, and the scheduler has enough released pods to bind meanwhile."""
+        return self.arrivals.burst() and not self.scheduler_short()
+
     @contextmanager
     def slot(self) -> Iterator[None]:
         with self._cond:
             while True:
                 if self.in_flight < max(1, int(self.limit)):
                     pause = self._next_start - self.clock()
-                    if pause <= 0 or not self.arrivals.burst():
+                    if pause <= 0 or not self._may_pause():
                         break
                     self._cond.wait(pause)
                 else:

@@ -113,3 +113,46 @@ def test_a_waiting_pod_deleted_unseen_is_dropped_when_its_condition_write_404s()
     del api.pods["team-a/w0"]
     ctl.run_cycle()
     assert ctl.inventory.view().pods == {}
+
+
+def _released_unbound(pods: dict) -> int:
+    from admission import constants as c
+    return sum(1 for p in pods.values()
+               if p["metadata"].get("annotations", {}).get(c.ANNOTATION_ASSIGNED_NODE)
+               and not any(g.get("name") == c.SCHEDULING_GATE
+                           for g in p["spec"].get("schedulingGates") or [])
+               and not p["spec"].get("nodeName"))
+
+
+_STATES = ("gated", "gated-planned", "released", "bound", "finished")
+
+
+def _in_state(name: str, state: str, rv: int) -> dict:
+    from admission import constants as c
+    p = _at(pod(name, gated=state.startswith("gated"), node_name="n0" if state in (
+        "bound", "finished") else None), rv)
+    if state != "gated":
+        p["metadata"]["annotations"][c.ANNOTATION_ASSIGNED_NODE] = "n0"
+    if state == "finished":
+        p.setdefault("status", {})["phase"] = "Succeeded"
+    return p
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(_STATES + ("DELETED",)),
+                          st.booleans()), max_size=60))
+def test_the_count_of_released_unbound_pods_is_what_the_pods_say(events: list) -> None:
+    """Whatever the order of events, stale copies, deletes and relists, the count the
+    writes' pacing reads equals the pods the inventory holds that are released, ungated and
+    unbound."""
+    inv = Inventory()
+    for rv, (i, state, relist) in enumerate(events, start=1):
+        name = f"w{i}"
+        if relist:
+            inv.replace_pods(list(inv.view().pods.values()))
+        if state == "DELETED":
+            inv.apply_pod("DELETED", _at(pod(name), rv))
+        else:
+            inv.apply_pod("MODIFIED", _in_state(name, state, rv))
+        assert inv.released_unbound() == _released_unbound(inv.view().pods)
+    assert inv.counts()["released_unbound"] == inv.released_unbound()

@@ -316,3 +316,50 @@ def test_the_controller_counts_created_pods_from_its_watch_and_nothing_else() ->
         ctl.on_pod_event("ADDED", {**pod, "metadata": {**pod["metadata"], "name": f"n{i}",
                                                        "uid": f"u{i}"}})
     assert ctl.pace.arrivals.burst()
+
+
+def test_a_burst_does_not_pause_the_writes_while_the_scheduler_is_short_of_pods() -> None:
+    """The pause yields the API server to the creates, never the scheduler's work: while too
+    few released pods wait to be bound, the writes go on one in flight or more, and the
+    pause comes back once the scheduler has enough."""
+    clock = Clock()
+    short = [True]
+    pace = WritePace(8, floor=0.25, clock=clock, scheduler_short=lambda: short[0])
+    pace.observe(0.010)
+    creating(pace)
+    for _ in range(5):
+        start = clock.now
+        write(pace, clock, 0.100)  # slow answers in a burst, yet no pause and one in flight
+        assert clock.now - start == pytest.approx(0.100)
+        assert pace.limit == 1
+    short[0] = False
+    write(pace, clock, 0.100)
+    assert pace.limit == 0.5 and pace._next_start > clock.now  # the pause is back
+
+
+def test_the_controller_s_scheduler_is_short_below_feed_pods_released_and_unbound() -> None:
+    from admission.controller.pacing import FEED_PODS
+
+    api = gang_cluster([(1, 1)], nodes=1)
+    ctl = controller(api, FakeClock(), s=controller_settings(release_writers=8),
+                     solve_fn=lambda snap: solve(snap, solver="bestfit"))
+    pod = next(iter(api.pods.values()))
+    assert ctl.pace.scheduler_short()
+
+    def released(i: int, node: str | None = None) -> dict[str, object]:
+        meta = {**pod["metadata"], "name": f"r{i}", "uid": f"r{i}",
+                "resourceVersion": "9" if node else "5",
+                "annotations": {c.ANNOTATION_ASSIGNED_NODE: "node-0"}}
+        spec = {**pod["spec"], "schedulingGates": []}
+        if node:
+            spec["nodeName"] = node
+        return {**pod, "metadata": meta, "spec": spec}
+
+    for i in range(FEED_PODS):
+        ctl.on_pod_event("ADDED", released(i))
+    assert not ctl.pace.scheduler_short()
+    assert ctl.metrics.registry.get_sample_value("berth_released_unbound_pods") == FEED_PODS
+    ctl.on_pod_event("MODIFIED", released(0, node="node-0"))
+    assert ctl.pace.scheduler_short()  # one bound: 99 left to bind
+    ctl.on_pod_event("DELETED", released(1))
+    assert ctl.inventory.released_unbound() == FEED_PODS - 2
