@@ -22,6 +22,10 @@ releases pods) the wait until every pod that fits is Running. Systems:
   burst (a pause after each write, one in flight a quarter of the time at the floor).
 - ``berth-serve-floor8`` (an experiment): ``BERTH_WRITE_PACING_FLOOR=0.125``, an eighth.
 - ``berth-serve-writers1`` (a diagnosis): ``BERTH_RELEASE_WRITERS=1``, one write at a time.
+- ``berth-serve-nofeed`` (the pacing before 2026-12-06's afternoon): ``BERTH_SCHEDULER_FEED=0``,
+  a creation burst pauses the writes even while the scheduler has no released pod left to
+  bind. ``berth serve`` itself keeps writing, one at a time or more, while fewer than 100
+  released pods wait to be bound.
 - ``berth-serve-one-process``: ``berth serve --one-process``, both in one interpreter (how
   ``berth serve`` ran before the controller got its own process).
 
@@ -80,7 +84,8 @@ from e2e.kueue import gpu_queues, kueue_manager
 
 SYSTEMS = ("none", "kueue", "berth-webhook", "berth-serve", "berth-serve-nice0",
            "berth-serve-one-process", "berth-serve-short-solve", "berth-serve-unpaced",
-           "berth-serve-floor1", "berth-serve-floor8", "berth-serve-writers1")
+           "berth-serve-floor1", "berth-serve-floor8", "berth-serve-writers1",
+           "berth-serve-nofeed")
 QUEUE = "pace"
 _HZ = os.sysconf("SC_CLK_TCK")
 
@@ -428,7 +433,8 @@ class Bench:
             env = {"berth-serve-unpaced": {"BERTH_WRITE_PACING": "off"},
                    "berth-serve-floor1": {"BERTH_WRITE_PACING_FLOOR": "1"},
                    "berth-serve-floor8": {"BERTH_WRITE_PACING_FLOOR": "0.125"},
-                   "berth-serve-writers1": {"BERTH_RELEASE_WRITERS": "1"}}.get(name)
+                   "berth-serve-writers1": {"BERTH_RELEASE_WRITERS": "1"},
+                   "berth-serve-nofeed": {"BERTH_SCHEDULER_FEED": "0"}}.get(name)
             with berth_webhook(self.e2e, self.work / name, namespaces, serve=serve,
                                edit_policy=edit, serve_args=extra, env=env) as hook:
                 assert hook.record is not None

@@ -26,7 +26,7 @@ from admission.controller.explain import Explainer
 from admission.controller.inventory import Inventory
 from admission.controller.leader import LeaseElector
 from admission.controller.metrics import Metrics
-from admission.controller.pacing import FEED_PODS, PacedApi, WritePace
+from admission.controller.pacing import PacedApi, WritePace
 from admission.controller.queued import QueueCheck
 from admission.controller.reclaim import Evictor
 from admission.controller.records import RecordStore
@@ -73,7 +73,8 @@ class Controller:
         self.pace = WritePace(
             settings.release_writers, adaptive=settings.write_pacing,
             floor=settings.write_pacing_floor, on_cut=self.metrics.write_limit_cuts.inc,
-            scheduler_short=lambda: self.inventory.released_unbound() < FEED_PODS)
+            scheduler_short=lambda: (self.inventory.released_unbound()
+                                     < self.settings.scheduler_feed))
         self.metrics.write_limit.set_function(lambda: self.pace.limit)
         self.metrics.released_unbound.set_function(self.inventory.released_unbound)
         for kind in ("nodes", "pods", "jobs"):

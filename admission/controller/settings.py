@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from admission.backends import BackendName
-from admission.controller.pacing import BURST_FLOOR
+from admission.controller.pacing import BURST_FLOOR, FEED_PODS
 from admission.policy import Policy, Sharing, to_solver
 from admission.policy.model import DEFAULT_MAX_EXPECTED_RUNTIME
 from solver.names import SolverName
@@ -44,6 +44,14 @@ def write_pacing_floor() -> float:
     except ValueError:
         return BURST_FLOOR
     return floor if math.isfinite(floor) and floor > 0 else BURST_FLOOR
+
+
+def scheduler_feed() -> int:
+    """Released pods not yet bound below which a creation burst does not pause the writes
+    (pacing.py, ``FEED_PODS``); BERTH_SCHEDULER_FEED overrides it, to measure (0: the pause
+    whatever the scheduler has left, as before 2026-12-06's afternoon)."""
+    raw = os.environ.get("BERTH_SCHEDULER_FEED", "").strip()
+    return int(raw) if raw.isdigit() else FEED_PODS
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +107,7 @@ class Settings:
     write_pacing: bool = True
     # the lowest limit during a creation burst (below 1: a pause after each write)
     write_pacing_floor: float = BURST_FLOOR
+    scheduler_feed: int = FEED_PODS
     # A pod Berth released and its scheduler has not bound this long after says so
     # (condition reason NotBound and a Warning Event; see unbound.py).
     bind_grace_seconds: float = 30.0
@@ -155,6 +164,6 @@ def from_policy(policy: Policy) -> Settings:
         queues=queues,
         release_writers=release_writers(),
         write_pacing=write_pacing(),
-        write_pacing_floor=write_pacing_floor(),
+        write_pacing_floor=write_pacing_floor(), scheduler_feed=scheduler_feed(),
         max_expected_runtime_seconds=float(policy.admission.max_expected_runtime_seconds),
     )

@@ -139,7 +139,7 @@ def _in_state(name: str, state: str, rv: int) -> dict:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(_STATES + ("DELETED",)),
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from((*_STATES, "DELETED")),
                           st.booleans()), max_size=60))
 def test_the_count_of_released_unbound_pods_is_what_the_pods_say(events: list) -> None:
     """Whatever the order of events, stale copies, deletes and relists, the count the

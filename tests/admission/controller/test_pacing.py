@@ -16,12 +16,13 @@ from admission.controller.pacing import (
     BURST_FLOOR,
     BURST_PODS,
     BURST_WINDOW_S,
+    FEED_PODS,
     WINDOW_S,
     Arrivals,
     PacedApi,
     WritePace,
 )
-from admission.controller.settings import write_pacing, write_pacing_floor
+from admission.controller.settings import scheduler_feed, write_pacing, write_pacing_floor
 from solver.api import solve
 from tests.admission.controller.fakeapi import FakeApi
 from tests.admission.controller.harness import controller, gang_cluster, gates
@@ -245,6 +246,17 @@ def test_the_environment_switches(monkeypatch: pytest.MonkeyPatch, env: dict[str
     assert write_pacing() is pacing and write_pacing_floor() == floor
 
 
+@pytest.mark.parametrize("raw, feed", [(None, FEED_PODS), ("0", 0), ("250", 250),
+                                       (" 7 ", 7), ("-5", FEED_PODS), ("lots", FEED_PODS),
+                                       ("1e3", FEED_PODS)])
+def test_the_scheduler_feed_from_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                                 raw: str | None, feed: int) -> None:
+    monkeypatch.delenv("BERTH_SCHEDULER_FEED", raising=False)
+    if raw is not None:
+        monkeypatch.setenv("BERTH_SCHEDULER_FEED", raw)
+    assert scheduler_feed() == feed
+
+
 def test_every_cut_is_told_to_the_controller_s_counter() -> None:
     from admission.controller.metrics import Metrics
 
@@ -338,8 +350,6 @@ def test_a_burst_does_not_pause_the_writes_while_the_scheduler_is_short_of_pods(
 
 
 def test_the_controller_s_scheduler_is_short_below_feed_pods_released_and_unbound() -> None:
-    from admission.controller.pacing import FEED_PODS
-
     api = gang_cluster([(1, 1)], nodes=1)
     ctl = controller(api, FakeClock(), s=controller_settings(release_writers=8),
                      solve_fn=lambda snap: solve(snap, solver="bestfit"))
