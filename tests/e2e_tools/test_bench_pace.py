@@ -28,3 +28,55 @@ def test_medians_take_the_burst_measure_per_system() -> None:
     assert cells["berth-serve"][col] == "180.0"
     assert cells["berth-serve"][1] == "3"
     assert table[-1].endswith("| 0.86 |")  # 300 against the median of none's 350
+
+
+METRICS = """\
+# HELP scheduler_pending_pods [STABLE] Number of pending pods, by the queue type.
+# TYPE scheduler_pending_pods gauge
+scheduler_pending_pods{queue="active"} 12
+scheduler_pending_pods{queue="gated"} 300
+scheduler_schedule_attempts_total{profile="default-scheduler",result="scheduled"} 40
+rest_client_requests_total{code="201",host="127.0.0.1:6443",method="POST"} 90
+rest_client_requests_total{code="404",host="127.0.0.1:6443",method="PATCH"} 7
+rest_client_requests_total{code="200",host="127.0.0.1:6443",method="PATCH"} 3
+rest_client_rate_limiter_duration_seconds_sum{host="127.0.0.1:6443",verb="PATCH"} 20.5
+rest_client_rate_limiter_duration_seconds_count{host="127.0.0.1:6443",verb="PATCH"} 10
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:6443",verb="PATCH",le="1"} 4
+process_cpu_seconds_total 3.5
+apiserver_request_total{verb="POST"} 999
+"""
+
+
+def test_a_scheduler_scrape_keeps_its_queue_attempts_requests_and_limiter_waits() -> None:
+    s = bp.scheduler_sample(METRICS)
+    assert s["scheduler_pending_pods{active}"] == 12 and s["scheduler_pending_pods{gated}"] == 300
+    assert s["scheduler_schedule_attempts_total{scheduled}"] == 40
+    # requests by method and code: the stale patches of a clean-up answer 404
+    assert s["rest_client_requests_total{PATCH 404}"] == 7
+    assert s["rest_client_requests_total{PATCH 200}"] == 3
+    assert s["rest_client_rate_limiter_duration_seconds_sum{PATCH}"] == 20.5
+    assert s["process_cpu_seconds_total"] == 3.5
+    assert not any(k.startswith(("apiserver_", "rest_client_rate_limiter_duration_seconds_bucket"))
+                   for k in s)
+    assert bp.scheduler_sample("garbage\n{}\n") == {}
+
+
+def test_the_scheduler_table_reports_each_interval_s_increase_not_the_totals() -> None:
+    def at(t: float, scheduled: float, patches: float, waited: float) -> dict[str, float]:
+        return {"t": t, "scheduler_pending_pods{active}": 5.0,
+                "scheduler_schedule_attempts_total{scheduled}": scheduled,
+                "rest_client_requests_total{PATCH 404}": patches,
+                "rest_client_rate_limiter_duration_seconds_sum{PATCH}": waited,
+                "rest_client_rate_limiter_duration_seconds_count{PATCH}": patches,
+                "process_cpu_seconds_total": scheduled / 100}
+
+    samples = [at(0.0, 1000, 500, 100), *(at(float(t), 1000 + 50 * t, 500, 100)
+                                           for t in range(1, 5)),
+               at(5.0, 1250, 750, 100 + 250 * 20.0), at(6.0, 1300, 750, 5100)]
+    rows = bp.scheduler_summary(samples)
+    assert len(rows) == 2 + 2  # header, the interval ending at 5 s, the last sample
+    first = [c.strip() for c in rows[2].strip("|").split("|")]
+    assert first[0] == "5" and first[1] == "5"  # t, active
+    assert first[5] == "250"  # scheduled within the interval, not since the start
+    assert first[8] == "250" and first[9] == "20000"  # 250 patches, each 20 s in the limiter
+    assert bp.scheduler_summary([])[2:] == []
