@@ -414,6 +414,8 @@ class Bench:
         self.fleet_gpus = fleet_gpus
         self.apiserver = next(r.pid for r in cluster.records if r.name == "kube-apiserver")
         self.berth_pid: int | None = None  # the running Berth process, for --profile
+        self.runs = 0
+        self.stem = ""  # the files of this run: its number and system (a system may repeat)
 
     @contextlib.contextmanager
     def system(self, name: str, namespaces: dict[str, str]
@@ -458,7 +460,7 @@ class Bench:
                     self.berth_pid = None
                     if self.args.logs is not None:
                         self.args.logs.mkdir(parents=True, exist_ok=True)
-                        shutil.copyfile(hook.log, self.args.logs / f"{name}.log")
+                        shutil.copyfile(hook.log, self.args.logs / f"{self.stem}.log")
 
     def scheduler_requests(self) -> float:
         """How many API requests kube-scheduler has made since it started (its /metrics)."""
@@ -487,6 +489,8 @@ class Bench:
               f"({last - first:.0f} requests drained)", flush=True)
 
     def run(self, name: str) -> dict[str, Any]:
+        self.stem = f"{self.runs:02d}-{name}"
+        self.runs += 1
         self.scheduler_quiet()  # the previous system's clean-up must not delay this burst
         namespaces = {"team-a": make_namespace(self.core, f"pace-{name}-a"),
                       "team-b": make_namespace(self.core, f"pace-{name}-b")}
@@ -537,9 +541,9 @@ class Bench:
         hook_sum0, hook_n0, writes0 = apiserver_counters(self.e2e.api)
         api0, own0 = cpu_seconds([self.apiserver]), cpu_seconds(procs())
         t0 = time.monotonic()
-        with SchedulerTrace(args.scheduler, name, self.cluster):
-            with Profiler(args.profile, name, self.berth_pid), \
-                    ApiserverProfile(args.profile, name, self.e2e.api), \
+        with SchedulerTrace(args.scheduler, self.stem, self.cluster):
+            with Profiler(args.profile, self.stem, self.berth_pid), \
+                    ApiserverProfile(args.profile, self.stem, self.e2e.api), \
                     ThreadPoolExecutor(max_workers=args.threads) as pool:
                 list(pool.map(burst.create, range(args.pods)))
                 create_s = time.monotonic() - t0  # before the profilers finish
