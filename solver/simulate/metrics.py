@@ -49,11 +49,14 @@ def jain_index(xs: Sequence[float]) -> float:
         raise ValueError("Jain's index of no values")
     if any(x < 0 for x in xs):
         raise ValueError("Jain's index needs non-negative values")
-    total = sum(xs)
-    squares = sum(x * x for x in xs)
-    if squares == 0:
+    top = max(xs)
+    if top == 0:
         return 1.0
-    return total * total / (len(xs) * squares)
+    # Scaled by the largest first: the squares of tiny values underflow (1e-161 squared is 0
+    # in a double), which took the index above 1 or to a false 1.0.
+    scaled = [x / top for x in xs]
+    total = sum(scaled)
+    return min(1.0, total * total / (len(xs) * sum(x * x for x in scaled)))
 
 
 @dataclass(frozen=True, slots=True)

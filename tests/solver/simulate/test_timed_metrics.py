@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from solver.simulate.metrics import (
@@ -37,6 +37,8 @@ def test_jain_rejects_empty_and_negative() -> None:
 
 
 @given(st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=30))
+@example([2.8503483578591512e-161, 2.8503483578591512e-161])  # squares underflow: was 1.003
+@example([1e-300, 0.0, 0.0])  # one party has everything: 1/3, not a false 1.0
 def test_jain_is_between_one_over_n_and_one(xs: list[float]) -> None:
     j = jain_index(xs)
     assert 1 / len(xs) - 1e-9 <= j <= 1 + 1e-9
@@ -121,3 +123,9 @@ def test_max_min_never_exceeds_demand_or_capacity(capacity: float, demands: dict
     # work-conserving: either everyone is satisfied or the capacity is used up
     assert (all(fair[t] >= demands[t] - 1e-6 for t in demands)
             or sum(fair.values()) >= capacity - 1e-6)
+
+
+def test_jain_holds_for_values_whose_squares_underflow() -> None:
+    assert jain_index([1e-300, 0.0, 0.0]) == pytest.approx(1 / 3)
+    assert jain_index([3e-161, 3e-161]) == 1.0
+    assert jain_index([1e-300, 3e-300]) == pytest.approx(jain_index([1.0, 3.0]))
