@@ -262,12 +262,18 @@ class ApiserverProfile:
         if self.thread is None or self.out is None:
             return
         self.thread.join(self.seconds + 90)
-        prof = self.out / f"{self.name}.apiserver.pprof"
-        go = shutil.which("go") or "/usr/local/go/bin/go"
-        if prof.exists() and Path(go).exists():
-            top = subprocess.run([go, "tool", "pprof", "-top", "-cum", "-nodecount=60",
-                                  str(prof)], capture_output=True, text=True, timeout=120)
-            (self.out / f"{self.name}.apiserver.txt").write_text(top.stdout + top.stderr)
+        pprof_top(self.out / f"{self.name}.apiserver.pprof",
+                  self.out / f"{self.name}.apiserver.txt")
+
+
+def pprof_top(prof: Path, out: Path) -> None:
+    """A Go CPU profile's top functions by cumulative time (``go tool pprof -top``) into
+    ``out``, when the profile was taken and Go is here."""
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if prof.exists() and Path(go).exists():
+        top = subprocess.run([go, "tool", "pprof", "-top", "-cum", "-nodecount=60", str(prof)],
+                             capture_output=True, text=True, timeout=120)
+        out.write_text(top.stdout + top.stderr)
 
 
 _SCHED_SERIES = re.compile(
@@ -359,12 +365,8 @@ class SchedulerTrace:
             t.join(self.seconds + 90)
         (self.out / f"{self.name}.scheduler.json").write_text(json.dumps(self.samples) + "\n")
         summary = scheduler_summary(self.samples)
-        prof = self.out / f"{self.name}.scheduler.pprof"
-        go = shutil.which("go") or "/usr/local/go/bin/go"
-        if prof.exists() and Path(go).exists():
-            top = subprocess.run([go, "tool", "pprof", "-top", "-cum", "-nodecount=60",
-                                  str(prof)], capture_output=True, text=True, timeout=120)
-            (self.out / f"{self.name}.scheduler-pprof.txt").write_text(top.stdout + top.stderr)
+        pprof_top(self.out / f"{self.name}.scheduler.pprof",
+                  self.out / f"{self.name}.scheduler-pprof.txt")
         (self.out / f"{self.name}.scheduler.txt").write_text("\n".join(summary) + "\n")
         print(f"{self.name}: kube-scheduler\n" + "\n".join(summary[:14]), flush=True)
 
@@ -551,12 +553,7 @@ class Bench:
                 hook_sum, hook_n, writes_created = apiserver_counters(self.e2e.api)
             can_run = min(len(created), self.fleet_gpus)
             if runs:
-                deadline = time.monotonic() + args.timeout
-                while time.monotonic() < deadline:
-                    with tracker.lock:
-                        if len(tracker.running) >= can_run:
-                            break
-                    time.sleep(1)
+                tracker.wait_running(can_run, args.timeout)
             settled = time.monotonic() - t0
         writes_all = apiserver_counters(self.e2e.api)[2]
         api_all = cpu_seconds([self.apiserver]) - api0

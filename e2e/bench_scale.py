@@ -83,6 +83,15 @@ class Tracker:
                     raise
                 version = None  # too old: list again
 
+    def wait_running(self, pods: int, timeout: float) -> None:
+        """Until ``pods`` pods have been seen Running, or ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if len(self.running) >= pods:
+                    return
+            time.sleep(1)
+
     def _see(self, key: str, pod: dict[str, Any], now: float) -> None:
         with self.lock:
             if not pod["spec"].get("schedulingGates") and key not in self.released:
@@ -187,12 +196,7 @@ def _burst(core: client.CoreV1Api, namespaces: dict[str, str], *, fleet_gpus: in
     if args.capacity_after_burst:
         add_capacity()  # the nodes appear now: every pod is already waiting
     can_run = min(len(created), fleet_gpus // args.gpus_per_pod)
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
-        with tracker.lock:
-            if len(tracker.running) >= can_run:
-                break
-        time.sleep(1)
+    tracker.wait_running(can_run, args.timeout)
     t_settled = time.monotonic()
 
     # Reasons are written at a bounded rate per cycle: give the waiting pods up to
