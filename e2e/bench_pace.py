@@ -22,7 +22,7 @@ releases pods) the wait until every pod that fits is Running. Systems:
   burst (a pause after each write, one in flight a quarter of the time at the floor).
 - ``berth-serve-floor8`` (an experiment): ``BERTH_WRITE_PACING_FLOOR=0.125``, an eighth.
 - ``berth-serve-writers1`` (a diagnosis): ``BERTH_RELEASE_WRITERS=1``, one write at a time.
-- ``berth-serve-nofeed`` (the pacing before 2026-12-06's afternoon): ``BERTH_SCHEDULER_FEED=0``,
+- ``berth-serve-nofeed`` (the pacing before the feed, 2026-12-06): ``BERTH_SCHEDULER_FEED=0``,
   a creation burst pauses the writes even while the scheduler has no released pod left to
   bind. ``berth serve`` itself keeps writing, one at a time or more, while fewer than 100
   released pods wait to be bound.

@@ -19,9 +19,8 @@ scheduler behind Berth: while fewer than ``FEED_PODS`` of the pods Berth release
 bound (``scheduler_short``), the writes go on at one in flight or more, burst or not, since a
 release the scheduler could have bound by now costs that pod its start, and the scheduler binds
 at its own pace whatever the creates do (kube-scheduler: 50 a second at its default client
-limit). Outside a burst the limit never
-falls below one write in flight, so an API server that is merely slow for a long time still
-gets Berth's releases one after another.
+limit). Outside a burst the limit never falls below one write in flight, so an API server that
+is merely slow for a long time still gets Berth's releases one after another.
 
 Only how many writes overlap changes: never their order, which the release protocol keeps by
 waiting for each step (release.py), and never whether a write is made.

@@ -48,8 +48,8 @@ def write_pacing_floor() -> float:
 
 def scheduler_feed() -> int:
     """Released pods not yet bound below which a creation burst does not pause the writes
-    (pacing.py, ``FEED_PODS``); BERTH_SCHEDULER_FEED overrides it, to measure (0: the pause
-    whatever the scheduler has left, as before 2026-12-06's afternoon)."""
+    (pacing.py, ``FEED_PODS``); BERTH_SCHEDULER_FEED overrides it, to measure (0: a burst
+    pauses the writes whatever the scheduler has left, the pacing before this setting)."""
     raw = os.environ.get("BERTH_SCHEDULER_FEED", "").strip()
     return int(raw) if raw.isdigit() else FEED_PODS
 
