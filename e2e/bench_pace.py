@@ -291,6 +291,14 @@ _SCHED_KEY = {"scheduler_pending_pods": "queue", "scheduler_schedule_attempts_to
               "scheduler_queue_incoming_pods_total": "event"}
 
 
+def scheduler_get(cluster: DevCluster, path: str, timeout: float) -> bytes:
+    """GET ``path`` from the dev cluster's kube-scheduler, as its admin (/metrics, pprof)."""
+    ctx = https_context(cert=cluster.pki.admin_cert, key=cluster.pki.admin_key)
+    url = f"https://127.0.0.1:{cluster.ports.scheduler}{path}"
+    with urllib.request.urlopen(url, context=ctx, timeout=timeout) as r:
+        return bytes(r.read())
+
+
 def scheduler_sample(text: str) -> dict[str, float]:
     """The kube-scheduler's queue, attempts, client requests and rate-limiter waits, event
     handling and CPU from one scrape of its /metrics, as flat ``name{key}`` -> value."""
@@ -321,16 +329,14 @@ class SchedulerTrace:
     def __init__(self, out: Path | None, name: str, cluster: DevCluster,
                  seconds: int = 30) -> None:
         self.out, self.name, self.seconds = out, name, seconds
-        self.url = f"https://127.0.0.1:{cluster.ports.scheduler}"
-        self.ctx = https_context(cert=cluster.pki.admin_cert, key=cluster.pki.admin_key)
+        self.cluster = cluster
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.samples: list[dict[str, float]] = []
         self.t0 = 0.0
 
     def _get(self, path: str, timeout: float) -> bytes:
-        with urllib.request.urlopen(self.url + path, context=self.ctx, timeout=timeout) as r:
-            return bytes(r.read())
+        return scheduler_get(self.cluster, path, timeout)
 
     def _scrape(self) -> None:
         while not self.stop.is_set():
@@ -466,10 +472,7 @@ class Bench:
 
     def scheduler_requests(self) -> float:
         """How many API requests kube-scheduler has made since it started (its /metrics)."""
-        ctx = https_context(cert=self.cluster.pki.admin_cert, key=self.cluster.pki.admin_key)
-        url = f"https://127.0.0.1:{self.cluster.ports.scheduler}/metrics"
-        with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
-            sample = scheduler_sample(r.read().decode())
+        sample = scheduler_sample(scheduler_get(self.cluster, "/metrics", 10).decode())
         return sum(v for k, v in sample.items() if k.startswith("rest_client_requests_total"))
 
     def scheduler_quiet(self, quiet_s: float = 5.0, timeout: float = 900) -> None:
