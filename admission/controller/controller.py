@@ -120,6 +120,7 @@ class Controller:
         self._wake = threading.Event()
         self._fast_due = False  # a fast-path pod arrived
         self._settle_from: float | None = None  # last arrival or freed capacity (monotonic)
+        self._settle_first: float | None = None  # the first of them since the last batch
         self._left_waiting = False  # the last batch left complete gangs waiting
         self._threads: list[threading.Thread] = []
 
@@ -137,7 +138,10 @@ class Controller:
             self._fast_due = True
             self._wake.set()
         elif settles_batch(event, pod, waiting=self._left_waiting):
-            self._settle_from = time.monotonic()
+            now = time.monotonic()
+            if self._settle_from is None:
+                self._settle_first = now
+            self._settle_from = now
             self._wake.set()
 
     def update_settings(self, settings: Settings) -> None:
@@ -179,6 +183,19 @@ class Controller:
         self.records.save(self.cycle.records, self._may_write)
         return report
 
+    def _hurry_from(self) -> float | None:
+        """The first arrival since the last batch, while a creation burst goes on, nothing
+        waits and the scheduler behind Berth is short of released pods: the batch does not
+        wait for the burst to end then (batching.py). None otherwise."""
+        if self._left_waiting or not self.pace.arrivals.burst() \
+                or not self.pace.scheduler_short():
+            return None
+        return self._settle_first
+
+    def _due(self, timing: BatchTiming, next_batch: float) -> float:
+        return timing.due(next_batch, self._settle_from, self.settings.settle_seconds,
+                          hurry_from=self._hurry_from())
+
     def _may_write(self) -> bool:
         return not self.leader_required or self.elector.is_leader
 
@@ -212,7 +229,7 @@ class Controller:
         next_batch = time.monotonic() + window
         timing = BatchTiming()
         while not stop.is_set():
-            due = timing.due(next_batch, self._settle_from, self.settings.settle_seconds)
+            due = self._due(timing, next_batch)
             self._wake.wait(timeout=max(0.0, due - time.monotonic()))
             self._wake.clear()
             fast, self._fast_due = self._fast_due, False
@@ -226,7 +243,8 @@ class Controller:
             if not self.elector.is_leader:
                 self.records.forget()
             if not (self.elector.is_leader and synced):
-                self._settle_from = None  # the first batch as leader sees every arrival
+                # the first batch as leader sees every arrival
+                self._settle_from = self._settle_first = None
                 if time.monotonic() >= next_batch:
                     next_batch = time.monotonic() + window
                 continue
@@ -236,11 +254,10 @@ class Controller:
                     if fresh is not self.settings:
                         self.update_settings(fresh)
                 now = time.monotonic()
-                if now >= timing.due(next_batch, self._settle_from,
-                                     self.settings.settle_seconds):
+                if now >= self._due(timing, next_batch):
                     # a pod that arrives from here on is in this batch's snapshot or sets it
                     # again for the next
-                    self._settle_from = None
+                    self._settle_from = self._settle_first = None
                     window = self.settings.window_seconds
                     next_batch = now + window
                     self._left_waiting = self.run_batch().left_waiting

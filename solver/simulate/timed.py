@@ -11,7 +11,10 @@ cycle is, and each step is one method of the one state object (:class:`_Replay`)
               ``settle_s`` it wakes sooner, ``settle_s`` after an arrival while nothing waits
               or a departure while gangs wait, that no other such event followed within
               ``settle_s`` (the window ends after it then count from there, as the
-              controller's next batch does).
+              controller's next batch does); during a creation burst (``BURST_PODS`` pods
+              within ``BURST_WINDOW_S``) while nothing waits, ``settle_s`` after the first
+              arrival since the last batch, as the controller does while its scheduler is
+              short of released pods (this replay's scheduler binds at once: always short).
 2. play       gangs join their tenant's queue at their arrival time; placed gangs leave when
               they have run for their duration, freeing capacity at that exact moment (for
               arrivals at that same moment too).
@@ -82,6 +85,11 @@ from solver.types import (
     Snapshot,
     SolverPolicy,
 )
+
+#: A creation burst, as the controller tells one (admission/controller/pacing.py's
+#: ``Arrivals``; a unit test holds the two equal): this many pods created within this long.
+BURST_PODS = 40
+BURST_WINDOW_S = 2.0
 
 #: What places a snapshot: ``solver.api.solve`` with the policy's name bound in.
 SolveFn = Callable[[Snapshot], Plan]
@@ -749,7 +757,8 @@ class _Replay:
         departure: the first window end at or after it, past the last one woken at. With
         ``settle_s`` sooner, as admission/controller/batching.py has it: ``settle_s`` after
         an arrival while nothing waits, or a departure while gangs wait, that no other such
-        event followed within ``settle_s``."""
+        event followed within ``settle_s``; while nothing waits and a creation burst goes on
+        (:meth:`burst_at`), ``settle_s`` after the first arrival since the last batch."""
         w = self.config.window_s
         s = self.config.settle_s
         if s is None:
@@ -769,8 +778,33 @@ class _Replay:
             if t - quiet_from >= s:
                 break
             quiet_from = t
-        self.last_boundary = min(regular, max(quiet_from + s, last + s))
+        quiet = quiet_from + s
+        burst = None if self.waiting() else self.burst_at(triggers)
+        if burst is not None:  # the controller sees it at that arrival, and runs then at once
+            quiet = min(quiet, max(burst, triggers[0] + s))
+        self.last_boundary = min(regular, max(quiet, last + s))
         return self.last_boundary
+
+    def burst_at(self, times: list[float]) -> float | None:
+        """The first of ``times`` (arrival times, in order) at which ``BURST_PODS`` pods had
+        been created within the last ``BURST_WINDOW_S`` (the arrivals' pods, as the
+        controller counts pod creations), or None."""
+        arrivals = self.scenario.arrivals
+        i = self.next_arrival
+        while i > 0 and arrivals[i - 1].arrival_s >= times[0] - BURST_WINDOW_S:
+            i -= 1  # what arrived before the first counts towards the burst too
+        window: deque[tuple[float, int]] = deque()
+        pods = 0
+        for a in arrivals[i:]:
+            if a.arrival_s > times[-1]:
+                break
+            window.append((a.arrival_s, len(a.gang.pods)))
+            pods += len(a.gang.pods)
+            while window[0][0] < a.arrival_s - BURST_WINDOW_S:
+                pods -= window.popleft()[1]
+            if pods >= BURST_PODS and a.arrival_s >= times[0]:
+                return a.arrival_s
+        return None
 
     def events_between(self, lo: float, hi: float, *, departures: bool) -> list[float]:
         """The departure (``departures``) or else arrival times after ``lo`` and at most

@@ -1,6 +1,7 @@
 """When a batch runs (admission/controller/batching.py): which pod events may bring it forward,
-and the settle's arithmetic: after the last such event, never sooner after a batch than the
-settle or than that batch took, never later than the window."""
+and the settle's arithmetic: after the last such event (or the first, while the scheduler waits
+on a creation burst), never sooner after a batch than the settle or than that batch took, never
+later than the window."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from admission.controller import pacing
 from admission.controller.batching import BatchTiming, settles_batch
+from solver.simulate import timed
 from tests.admission.controller.objects import pod
 
 
@@ -72,18 +75,40 @@ def test_after_a_batch_the_next_waits_the_settle_and_as_long_as_it_took() -> Non
     assert t.due(9.0, 7.1, 1.0) == 9.0
 
 
+def test_while_the_scheduler_waits_on_a_burst_the_settle_counts_from_its_first_arrival() -> None:
+    t = BatchTiming()
+    # arrivals from 3.0 to 9.5 keep pushing the settle back to the window...
+    assert t.due(10.0, 9.5, 1.0) == 10.0
+    # ...unless the scheduler has nothing to bind meanwhile: 1 s after the first
+    assert t.due(10.0, 9.5, 1.0, hurry_from=3.0) == 4.0
+    # the last arrival's settle when that is sooner; never sooner than the spacing
+    assert t.due(10.0, 3.2, 1.0, hurry_from=3.0) == 4.0
+    t.ran(3.5, 6.5)
+    assert t.due(20.0, 9.5, 1.0, hurry_from=6.6) == pytest.approx(9.5)
+    # no settle: the window, whatever the burst
+    assert t.due(10.0, 9.5, 0.0, hurry_from=3.0) == 10.0
+
+
+def test_the_simulator_tells_a_burst_as_the_controller_does() -> None:
+    assert timed.BURST_PODS == pacing.BURST_PODS
+    assert timed.BURST_WINDOW_S == pacing.BURST_WINDOW_S
+
+
 @given(next_batch=st.floats(0, 1e4), settle_from=st.none() | st.floats(0, 1e4),
+       hurry_from=st.none() | st.floats(0, 1e4),
        settle=st.sampled_from([0.0, 0.1, 1.0, 30.0]),
        start=st.floats(0, 1e4), took=st.floats(0, 100))
 def test_due_is_never_past_the_window_nor_before_the_spacing(
-        next_batch: float, settle_from: float | None, settle: float, start: float,
-        took: float) -> None:
+        next_batch: float, settle_from: float | None, hurry_from: float | None, settle: float,
+        start: float, took: float) -> None:
     t = BatchTiming()
     t.ran(start, start + took)
-    due = t.due(next_batch, settle_from, settle)
+    due = t.due(next_batch, settle_from, settle, hurry_from=hurry_from)
     assert due <= next_batch
     if due < next_batch:
         assert settle_from is not None and settle > 0
-        assert due >= settle_from + settle
+        assert due >= min(settle_from, math.inf if hurry_from is None else hurry_from) + settle
         assert due >= start + took + max(settle, took) - 1e-9
+    if hurry_from is None or settle_from is None or hurry_from >= settle_from:
+        assert due == t.due(next_batch, settle_from, settle)  # nothing earlier to hurry to
     assert not math.isnan(due)

@@ -7,8 +7,10 @@ import copy
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 from admission import constants as c
+from admission.controller import pacing
 from admission.controller.api import Json
 from admission.controller.controller import Controller
 from tests.admission.controller.fakeapi import FakeApi
@@ -120,6 +122,39 @@ def test_a_batch_runs_once_arrivals_settle_not_at_the_window() -> None:
         assert not released(api, "team-a/c")
     finally:
         ctl.stop()
+
+
+def _burst(api: WatchedApi, ctl: Controller, count: int, every: float) -> list[bool]:
+    """``count`` pods created ``every`` seconds apart; whether the first was released by the
+    time each of the others was created."""
+    seen = []
+    for i in range(count):
+        api.arrive(pod(f"p{i}", gpus=1, cpu="100m", memory="1Gi"))
+        seen.append(released(api, "team-a/p0"))
+        time.sleep(every)
+    return seen
+
+
+def test_a_burst_does_not_hold_the_batch_while_the_scheduler_has_nothing_to_bind() -> None:
+    # pods every 20 ms for 3 s: each within the 1 s settle of the last, so the first batch
+    # would wait for the burst's end (or the 60 s window)
+    for feed, early in ((pacing.FEED_PODS, True), (0, False)):
+        api = WatchedApi()
+        api.add_node(node("n0", gpus=512))
+        s = replace(settings(window_seconds=60.0, settle_seconds=1.0), scheduler_feed=feed)
+        ctl = Controller(api=api, settings=s, identity="r0", solve=solver_fn("bestfit"))
+        ctl.elector.retry_seconds = 0.1
+        ctl.start()
+        try:
+            assert wait_until(lambda ctl=ctl: ctl.elector.is_leader)
+            time.sleep(0.5)
+            seen = _burst(api, ctl, 150, 0.02)
+            # the scheduler short of released pods (none bound here): the first is released
+            # during the burst; never short (feed 0, the pacing before): only after it
+            assert any(seen) is early, seen
+            assert wait_until(lambda api=api: released(api, "team-a/p149"), timeout=10)
+        finally:
+            ctl.stop()
 
 
 def test_freed_capacity_starts_a_waiting_gang_before_the_window() -> None:

@@ -506,6 +506,20 @@ def test_a_trickle_faster_than_the_settle_waits_for_the_window() -> None:
 
 
 
+def test_a_creation_burst_is_decided_from_its_first_arrival_on() -> None:
+    # a pod every 0.04 s from 0.04 to 2.4 (60 pods, faster than the 0.5 s settle): the 40th,
+    # at 1.6, makes it a burst (40 pods within 2 s), so the batch runs then, as the controller's
+    # does while its scheduler has nothing to bind, not at the burst's end (2.9)
+    times = tuple(round(0.04 * i, 2) for i in range(1, 61))
+    starts, solves = _lone(times, settle=0.5, gpus=64)
+    assert starts[:40] == [pytest.approx(1.6)] * 40
+    # then the settle after the first arrival since the last batch (1.64 + 0.5), and so on
+    assert starts[40] == pytest.approx(2.14)
+    assert starts[-1] == pytest.approx(2.66) and solves == 3  # 2.16 + 0.5, the burst still on
+    # a trickle as long that is no burst (a pod every 0.4 s) waits for its end
+    assert _lone(times[::10], settle=0.5, gpus=64)[0][0] == pytest.approx(2.54)
+
+
 def test_while_gangs_wait_a_departure_settles_a_batch_and_an_arrival_does_not() -> None:
     sc = Scenario(nodes=(_node(gpus=1),), tenants=(Tenant("team-a"),),
                   arrivals=(TimedGang(_gang("g0"), 1.0, 15.0), TimedGang(_gang("g1"), 1.2, 25.0),
