@@ -201,6 +201,8 @@ class Controller:
 
     def start(self) -> None:
         self.leader_required = True
+        if self._worker is not None:
+            self._worker.warm()  # the first batch does not wait for the worker to start
         targets: list[tuple[str, Callable[[threading.Event], None]]] = [
             ("berth-watch-pods", self.pod_watch.run),
             ("berth-watch-nodes", self.node_watch.run),

@@ -7,14 +7,16 @@ bounds everything else (at 10,000 pending pods, building the model alone can out
 limit). If the child does not answer in time or dies, it is killed and the window falls back to
 the greedy best-fit placement computed here (contract 4: a plan the checker accepts, greedy when
 CP-SAT has nothing in time); with ``fallback=None`` the cycle gets an empty plan that defers
-every gang with the reason instead.
+every gang with the reason instead. The worker is started when the controller starts
+(:meth:`WorkerSolver.warm`) and again at once when one is replaced, so no batch waits for a
+fresh interpreter to import the solver.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
@@ -33,6 +35,14 @@ def solve_snapshot(snapshot: Snapshot, solver: SolverName, time_limit: float,
     from solver.api import solve
 
     return solve(snapshot, solver=solver, time_limit=time_limit, seed=seed)
+
+
+def warm_up() -> None:
+    """Runs in the worker process: import what a solve needs (the solver, CP-SAT), so that the
+    first batch does not pay it."""
+    from ortools.sat.python import cp_model  # noqa: F401
+
+    import solver.api  # noqa: F401
 
 
 def nothing_admitted(snapshot: Snapshot, solver: str, why: str, seconds: float) -> Plan:
@@ -59,6 +69,12 @@ class WorkerSolver:
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"))
         return self._pool
 
+    def warm(self) -> Future[None]:
+        """Start the worker process and its imports now, without waiting for them: spawned at
+        the first solve instead, they would add seconds to the first batch's release (a fresh
+        interpreter importing OR-Tools, on a machine busy with the pods being created)."""
+        return self._executor().submit(warm_up)
+
     def __call__(self, snapshot: Snapshot) -> Plan:
         if not snapshot.gangs:
             return Plan(admitted=(), deferred=(),
@@ -71,6 +87,7 @@ class WorkerSolver:
         except (FutureTimeout, BrokenProcessPool) as exc:
             log.error("solver worker gave no plan (%s); replacing it", type(exc).__name__)
             self.close(kill=True)
+            self.warm()  # the next window's worker starts while this one falls back
             if self.fallback is None:
                 return nothing_admitted(snapshot, self.solver, "the solver did not answer in "
                                         "time; retrying next window", time.monotonic() - start)
