@@ -59,7 +59,7 @@ class Metrics:
             "during a burst of pod creations (pacing.py)", registry=r)
         self.released_unbound = Gauge(
             "berth_released_unbound_pods", "Pods Berth released that their scheduler has not "
-            "bound yet; while fewer than 400, a burst of pod creations does not pause Berth's "
+            "bound yet; while fewer than 100, a burst of pod creations does not pause Berth's "
             "writes (pacing.py)", registry=r)
         self.write_limit_cuts = Counter(
             "berth_api_write_limit_cuts", "Times the controller halved its writes in flight "

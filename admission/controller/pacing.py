@@ -51,11 +51,9 @@ BUSY_STATUSES = frozenset({429, 503, 504})  # the server asking its clients to s
 BURST_PODS = 40  # new pods within BURST_WINDOW_S that make a creation burst
 BURST_WINDOW_S = 2.0
 BURST_FLOOR = 0.25  # the lowest limit during a creation burst (a write in flight 1/4 of the time)
-#: Released pods not yet bound below which a burst does not pause the writes: eight seconds of
-#: kube-scheduler's binds at its default client limit (``--kube-api-qps`` 50), more than the
-#: next batch's snapshot and solve take at 10,000 pending pods on two cores (3-7 s), so the
-#: scheduler does not run dry between one batch's releases and the next's (bench_pace.md).
-FEED_PODS = 400
+#: Released pods not yet bound below which a burst does not pause the writes: two seconds of
+#: kube-scheduler's binds at its default client limit (``--kube-api-qps`` 50).
+FEED_PODS = 100
 #: Writes in flight, whatever the limit, while the scheduler is short of released pods: at the
 #: answer times of a server busy with a burst, enough to release faster than it binds.
 FEED_WRITERS = 4
