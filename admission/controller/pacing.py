@@ -19,14 +19,8 @@ scheduler behind Berth: while fewer than ``FEED_PODS`` of the pods Berth release
 bound (``scheduler_short``), the writes go on at one in flight or more, burst or not, since a
 release the scheduler could have bound by now costs that pod its start, and the scheduler binds
 at its own pace whatever the creates do (kube-scheduler: 50 a second at its default client
-limit). Nor does a busy server's slow answers then hold the writes to one at a time: while the
-scheduler is short, up to ``FEED_WRITERS`` are in flight whatever the limit, since one at a time
-at the answer times of an API server busy with a burst (40-80 ms on two cores) releases 12-25
-pods a second, fewer than kube-scheduler binds, and it idles (measured: e2e/bench_pace.md). It
-costs the API server no more than the scheduler's own pace: once ``FEED_PODS`` released pods
-wait, the limit (and in a burst the pause) holds the writes again. Outside a burst the limit
-never falls below one write in flight, so an API server that is merely slow for a long time
-still gets Berth's releases one after another.
+limit). Outside a burst the limit never falls below one write in flight, so an API server that
+is merely slow for a long time still gets Berth's releases one after another.
 
 Only how many writes overlap changes: never their order, which the release protocol keeps by
 waiting for each step (release.py), and never whether a write is made.
@@ -54,9 +48,6 @@ BURST_FLOOR = 0.25  # the lowest limit during a creation burst (a write in fligh
 #: Released pods not yet bound below which a burst does not pause the writes: two seconds of
 #: kube-scheduler's binds at its default client limit (``--kube-api-qps`` 50).
 FEED_PODS = 100
-#: Writes in flight, whatever the limit, while the scheduler is short of released pods: at the
-#: answer times of a server busy with a burst, enough to release faster than it binds.
-FEED_WRITERS = 4
 
 
 class Arrivals:
@@ -83,8 +74,7 @@ class Arrivals:
 class WritePace:
     """How many writes may be in flight: between 1 and ``most``, adapted to the answer times;
     during a creation burst (``arrivals``) down to ``floor`` (below 1: a pause after each write)
-    unless the scheduler is short of released pods (``scheduler_short``), when ``feed_writers``
-    (at most ``most``) may be in flight whatever the limit.
+    unless the scheduler is short of released pods (``scheduler_short``).
 
     ``slot()`` wraps one write: it waits until fewer than the limit are in flight, times the
     write and adapts the limit to it. ``observe()`` takes the time of a write made outside the
@@ -94,11 +84,9 @@ class WritePace:
                  clock: Callable[[], float] = time.monotonic,
                  arrivals: Arrivals | None = None,
                  on_cut: Callable[[], None] | None = None,
-                 scheduler_short: Callable[[], bool] | None = None,
-                 feed_writers: int = FEED_WRITERS) -> None:
+                 scheduler_short: Callable[[], bool] | None = None) -> None:
         self.most = max(1, most)
         self.adaptive = adaptive
-        self.feed_writers = min(self.most, max(1, feed_writers))
         # True while the scheduler behind Berth has too few released pods left to bind
         self.scheduler_short = scheduler_short or (lambda: False)
         # Below 1, and only while pods are being created quickly: one write at a time with a
@@ -167,19 +155,11 @@ class WritePace:
         """A creation burst, and the scheduler has enough released pods to bind meanwhile."""
         return self.arrivals.burst() and not self.scheduler_short()
 
-    def width(self) -> int:
-        """How many writes may be in flight now (the limit's whole part, at least one; at least
-        ``feed_writers`` while the scheduler is short)."""
-        width = max(1, int(self.limit))
-        if self.adaptive and width < self.feed_writers and self.scheduler_short():
-            return self.feed_writers
-        return width
-
     @contextmanager
     def slot(self) -> Iterator[None]:
         with self._cond:
             while True:
-                if self.in_flight < self.width():
+                if self.in_flight < max(1, int(self.limit)):
                     pause = self._next_start - self.clock()
                     if pause <= 0 or not self._may_pause():
                         break

@@ -17,7 +17,6 @@ from admission.controller.pacing import (
     BURST_PODS,
     BURST_WINDOW_S,
     FEED_PODS,
-    FEED_WRITERS,
     WINDOW_S,
     Arrivals,
     PacedApi,
@@ -348,46 +347,6 @@ def test_a_burst_does_not_pause_the_writes_while_the_scheduler_is_short_of_pods(
     short[0] = False
     write(pace, clock, 0.100)
     assert pace.limit == 0.5 and pace._next_start > clock.now  # the pause is back
-
-
-def _peak_in_flight(pace: WritePace, writes: int = 8) -> int:
-    """Start ``writes`` writes at once, each held until all that may start have: how many were
-    in flight together."""
-    lock = threading.Lock()
-    state = {"now": 0, "peak": 0}
-    go = threading.Event()
-
-    def one() -> None:
-        with pace.slot():
-            with lock:
-                state["now"] += 1
-                state["peak"] = max(state["peak"], state["now"])
-            go.wait(0.3)
-            with lock:
-                state["now"] -= 1
-
-    threads = [threading.Thread(target=one) for _ in range(writes)]
-    for t in threads:
-        t.start()
-    time.sleep(0.2)  # every write that may start has
-    go.set()
-    for t in threads:
-        t.join()
-    return state["peak"]
-
-
-@pytest.mark.parametrize(("short", "peak"), [(True, FEED_WRITERS), (False, 1)])
-def test_while_the_scheduler_is_short_the_writes_overlap_whatever_the_limit(
-        short: bool, peak: int) -> None:
-    """A server slow with a burst holds the limit at one write; one at a time at its answer
-    times releases fewer pods than the scheduler binds, so while it is short ``FEED_WRITERS``
-    go at once, and only then."""
-    pace = WritePace(8, floor=0.25, scheduler_short=lambda: short)
-    assert pace.limit == 1 and pace.width() == peak
-    assert _peak_in_flight(pace) == peak
-    # never more than the configured most, nor with the pacing off (``most`` in flight)
-    assert WritePace(2, scheduler_short=lambda: True).width() == 2
-    assert WritePace(8, adaptive=False, scheduler_short=lambda: short).width() == 8
 
 
 def test_the_controller_s_scheduler_is_short_below_feed_pods_released_and_unbound() -> None:
