@@ -377,6 +377,8 @@ def main() -> int:
                              "section and the bound of every list but default use the first")
     parser.add_argument("--lists", default=",".join(PUBLISHED_FGD_ALLOC),
                         help="pod lists for the lists section (default: all twelve)")
+    parser.add_argument("--holdout-lists", default=",".join(HOLDOUT),
+                        help="pod lists for the holdout section (default: all of them)")
     parser.add_argument("--ten-lists", default="gpuspec10",
                         help="pod lists for the tenseeds section (default: gpuspec10)")
     parser.add_argument("--jobs", type=int, default=2,
@@ -395,7 +397,8 @@ def main() -> int:
                                            fgd=not args.keep_fgd),
                     "tenseeds": lambda: lists(seeds, args.ten_lists.split(","), args.jobs,
                                               "tenseeds", fgd=not args.keep_fgd),
-                    "holdout": lambda: lists(list_seeds, list(HOLDOUT), args.jobs, "holdout",
+                    "holdout": lambda: lists(list_seeds, args.holdout_lists.split(","), args.jobs,
+                                             "holdout",
                                              fgd=not args.keep_fgd),
                     "online": lambda: online(list_seeds[:1]),
                     "experiment": lambda: experiment(list_seeds, args.jobs),

@@ -107,6 +107,7 @@ class ClusterArrays:
         for i in range(n):
             self.state_id[i] = ids.setdefault(raw[i * width:(i + 1) * width], len(ids))
         self.frag: FragTable | None = None
+        self._workload: tuple[TypicalPod, ...] | None = None
         # tie_rank[n]: where node n stands when policies score nodes equal (lowest first);
         # snapshot order until a placer draws a seeded order (see GangPlacer)
         self.tie_rank: IntArray = np.arange(n, dtype=np.int64)
@@ -201,7 +202,7 @@ class ClusterArrays:
         c.classes = {k: list(v) for k, v in self.classes.items()}
         c.constrained_slots = set(self.constrained_slots)
         c.state_id, c._state_ids = self.state_id.copy(), dict(self._state_ids)
-        c.frag, c._journal = self.frag, None
+        c.frag, c._journal, c._workload = self.frag, None, self._workload
         c.tie_rank = self.tie_rank
         c._cnt = None if self._cnt is None else self._cnt.copy()
         c._usable = None if self._usable is None else self._usable.copy()
@@ -407,12 +408,19 @@ class ClusterArrays:
         """The compiled target workload: the policy's ``typical_pods``, else the shapes of the
         pending and running pods of the snapshot."""
         if self.frag is None:
-            workload = self.snapshot.policy.typical_pods or _workload_of(self.snapshot)
-            self.frag = FragTable(workload, self.models)
+            self.frag = FragTable(self.target_workload(), self.models)
             self._cnt, self._usable, self._total = self.frag.stats(self.gfree)
             self.node_frag = self.frag.expected(self._cnt, self._usable, self._total,
                                                 self.node_model, self.cpu)
         return self.frag
+
+    def target_workload(self) -> tuple[TypicalPod, ...]:
+        """The workload FGD measures against: the policy's ``typical_pods``, else the shapes of
+        the pending and running pods of the snapshot (computed once)."""
+        if self._workload is None:
+            self._workload = tuple(self.snapshot.policy.typical_pods
+                                   or _workload_of(self.snapshot))
+        return self._workload
 
     def frag_stats(self) -> tuple[IntArray, IntArray, IntArray, FloatArray]:
         self.fragmentation()

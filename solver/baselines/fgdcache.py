@@ -18,7 +18,7 @@ the pod), and the caller passes no domain restriction (required topology goes th
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,8 +55,11 @@ class FgdCache:
         st = self.state
         return not (pod.shares_gpu and (st.constrained_slots or st.is_constrained(pod.qos_class)))
 
-    def choose(self, pod: PodRequest) -> Choice | None:
-        """FGD's node and GPU slots for ``pod`` on the state as it is now, or None."""
+    def choose(self, pod: PodRequest,
+               prefer: Callable[[BoolArray], BoolArray] | None = None) -> Choice | None:
+        """FGD's node and GPU slots for ``pod`` on the state as it is now, or None.
+        ``prefer``: given the nodes that fit, those to choose among (FGD's choice within
+        them)."""
         st = self.state
         key = shape_of(pod)
         e = self._by_shape.get(key)
@@ -73,10 +76,14 @@ class FgdCache:
             dirty = np.flatnonzero(e.sid != st.state_id)
             if dirty.size:
                 self._score(pod, e, dirty)
-        best_score = int(e.row.max(initial=-1))
+        scores = e.row
+        if prefer is not None:
+            fit = scores >= 0
+            scores = np.where(prefer(fit), scores, -1)
+        best_score = int(scores.max(initial=-1))
         if best_score < 0:
             return None
-        best = np.flatnonzero(e.row == best_score)
+        best = np.flatnonzero(scores == best_score)
         row = int(best[np.argmin(st.tie_rank[best])])
         if e.slot is not None:
             return row, [int(np.argmax(e.slot[row]))]

@@ -15,6 +15,7 @@ import numpy as np
 
 from solver.baselines.cluster import BoolArray, ClusterArrays, IntArray, Saved
 from solver.baselines.policies import POLICIES, Policy
+from solver.baselines.steer import ModelSteer
 from solver.eligibility import why_not
 from solver.names import SolverName
 from solver.plan import GangPlacement, PodPlacement
@@ -34,6 +35,8 @@ class GangPlacer:
     rng: np.random.Generator
     used: dict[str, int] = field(default_factory=dict)
     admitting: set[str] = field(default_factory=set)
+    #: keep GPU models free for the pods that may run only on them (solver/baselines/steer.py)
+    steer: ModelSteer | None = None
 
     def __post_init__(self) -> None:
         if self.policy_name not in POLICIES:
@@ -84,8 +87,12 @@ class GangPlacer:
         placed: list[tuple[PodRequest, int, list[int]]] = []
         fast = st.fgd_cache() if self.policy_name == SolverName.FGD else None
         for pod in pods:
+            steer = self.steer
+            prefer = None if steer is None else (
+                lambda fit, pod=pod, steer=steer: steer.prefer(st, pod, fit))
             if fast is not None and nodes is None and slots is None and fast.applies(pod):
-                choice = fast.choose(pod)  # FGD's own choice, only changed nodes rescored
+                # FGD's own choice, only changed nodes rescored
+                choice = fast.choose(pod, prefer)
             elif rows is not None and (slots is None or pod.gpu_count > 0):
                 # a CPU-only pod of an NVLink-domain gang may go anywhere: the long way below
                 fit, gpus = st.fits_on(pod, rows)
@@ -93,6 +100,8 @@ class GangPlacer:
                     if slots is not None:
                         gpus &= slots
                     fit[rows] = gpus[rows].sum(axis=1) >= pod.gpu_count
+                if prefer is not None:
+                    fit = prefer(fit)
                 choice = self.policy(st, pod, fit, gpus, self.rng)
             else:
                 fit = st.node_fits(pod)
@@ -104,6 +113,8 @@ class GangPlacer:
                     if slots is not None:
                         gpus &= slots
                     fit = gpus.sum(axis=1) >= pod.gpu_count
+                if prefer is not None:
+                    fit = prefer(fit)
                 choice = self.policy(st, pod, fit, gpus, self.rng)
             if choice is None:
                 for saved in reversed(journal):

@@ -53,6 +53,7 @@ import numpy as np
 
 from solver.baselines import ClusterArrays, GangPlacer
 from solver.baselines.fgdcache import shape_of
+from solver.baselines.steer import ModelSteer
 from solver.cpsat.instance import weighted_demand
 from solver.fairshare import boosts
 from solver.names import SolverName
@@ -155,13 +156,15 @@ def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,
     if passes:
         runs.append((SolverName.FGD, queue))
     runs += [(SolverName.FGD, _shuffled(queue, rng)) for _ in range(passes - 1)]
+    steer = ModelSteer.of(work)
     scores: list[PassScore] = []
     plans: list[tuple[list[GangPlacement], list[Deferred]]] = []
     for policy, order in runs:
         work.checkpoint()
         # a fresh placer per pass (quota usage starts over); the same seed gives every FGD
         # pass the same tie order
-        placer = GangPlacer(work, policy, np.random.default_rng(seed))
+        placer = GangPlacer(work, policy, np.random.default_rng(seed),
+                            steer=steer if policy == SolverName.FGD else None)
         admitted: list[GangPlacement] = []
         deferred: list[Deferred] = []
         value = aged = 0.0
