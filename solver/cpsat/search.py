@@ -9,7 +9,9 @@ placed before it. The search therefore places the window several times and keeps
 2. FGD passes (:func:`solver.baselines.policies.fgd`, fragmentation gradient descent against
    the target workload): the first in queue order, the others in seeded orders that shuffle
    gangs of equal priority among themselves (a higher priority is still placed first). Every
-   FGD pass uses the same seeded tie order, so a pass differs from another only by its order.
+   FGD pass uses the same seeded tie order, so a pass differs from another only by its order,
+   and keeps room on each GPU model for the pods that may run only there
+   (:mod:`solver.baselines.steer`; FGD itself, the baseline, does not).
 
 Every pass is a :class:`~solver.baselines.GangPlacer` run: whole gangs or nothing, quotas,
 required topology, allowed models and nodes, interference SLOs; so every pass is a plan the
