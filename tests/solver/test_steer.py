@@ -33,9 +33,9 @@ def _node(name: str, model: str, gpus: int = 8) -> Node:
                 gpus=tuple(GPU(index=i, model=model) for i in range(gpus)))
 
 
-ANY = TypicalPod(cpu_milli=1000, gpu_count=1, gpu_milli=1000, weight=0.5)
+ANY = TypicalPod(cpu_milli=1000, gpu_count=1, gpu_milli=1000, weight=0.75)
 ONLY_B = TypicalPod(cpu_milli=1000, gpu_count=1, gpu_milli=1000, models=frozenset({"B"}),
-                    weight=0.5)
+                    weight=0.25)
 
 
 def _snapshot(*, running_on_b: int = 0, gangs: tuple[Gang, ...] = (),
@@ -58,7 +58,7 @@ def test_need_is_the_restricted_share_of_gpu_demand() -> None:
     steer = ModelSteer.of(ClusterArrays(_snapshot()))
     assert steer is not None
     a, b = (ClusterArrays(_snapshot()).models.index(m) for m in ("A", "B"))
-    assert steer.need[b] == pytest.approx(0.5) and steer.need[a] == 0.0
+    assert steer.need[b] == pytest.approx(0.25) and steer.need[a] == 0.0
     assert steer.need[-1] == 0.0  # nodes without a GPU
 
 
@@ -87,6 +87,25 @@ def test_no_steer_when_no_model_is_needed(workload: tuple[TypicalPod, ...]) -> N
     assert ModelSteer.of(ClusterArrays(_snapshot(workload=workload))) is None
 
 
+def test_a_model_its_restricted_pods_alone_would_fill_is_not_kept() -> None:
+    # half the demand may use B only, and B is half the GPUs: those pods fill it themselves
+    half = TypicalPod(cpu_milli=1000, gpu_count=1, gpu_milli=1000, models=frozenset({"B"}),
+                      weight=0.5)
+    anyw = TypicalPod(cpu_milli=1000, gpu_count=1, gpu_milli=1000, weight=0.5)
+    assert ModelSteer.of(ClusterArrays(_snapshot(workload=(anyw, half)))) is None
+    # a third node of model C: B is a third of the GPUs, still less than its pods' half
+    s = Snapshot(nodes=(_node("a0", "A"), _node("b0", "B"), _node("c0", "C")),
+                 policy=SolverPolicy(typical_pods=(anyw, half)))
+    assert ModelSteer.of(ClusterArrays(s)) is None
+    # a quarter of the demand on a third of the GPUs is kept
+    quarter = TypicalPod(cpu_milli=1000, gpu_count=1, gpu_milli=1000, models=frozenset({"B"}),
+                         weight=0.25)
+    three = TypicalPod(cpu_milli=1000, gpu_count=1, gpu_milli=1000, weight=0.75)
+    s = Snapshot(nodes=s.nodes, policy=SolverPolicy(typical_pods=(three, quarter)))
+    steer = ModelSteer.of(ClusterArrays(s))
+    assert steer is not None and steer.need.max() == pytest.approx(0.25)
+
+
 def test_no_steer_on_a_cluster_of_one_model() -> None:
     s = Snapshot(nodes=(_node("a0", "A"), _node("a1", "A")),
                  policy=SolverPolicy(typical_pods=(ANY, TypicalPod(
@@ -98,10 +117,10 @@ def test_no_steer_on_a_cluster_of_one_model() -> None:
 
 
 def test_a_pod_of_any_model_leaves_a_kept_model_alone() -> None:
-    # b0 has 1 GPU free of 9 free in all: B keeps room for its need (0.5 x 0.5 x 9 GPUs)
+    # b0 has 1 GPU free of 9 free in all: B keeps room for its need (0.5 x 0.25 x 9 GPUs)
     state = ClusterArrays(_snapshot(running_on_b=7))
     steer = ModelSteer.of(state)
-    assert steer is not None and KEEP_FACTOR * 0.5 * 9000 > 0
+    assert steer is not None and KEEP_FACTOR * 0.25 * 9000 > 0
     fit = np.ones(2, dtype=np.bool_)
     a, b = state.row_of["a0"], state.row_of["b0"]
     prefer = steer.prefer(state, _pod("any"), fit)
