@@ -276,3 +276,32 @@ def test_prefer_is_a_nonempty_part_of_what_fits_and_never_holds_back_a_restricte
 def test_steered_search_plan_is_feasible(s: Snapshot) -> None:
     plan = search(s, ClusterArrays(s), seed=1, passes=3)
     assert not check(s, plan)
+
+
+# ------------------------------------------------------------------------------ abuse
+
+
+def test_a_flood_of_one_tenants_restricted_pods_keeps_only_its_weighted_part() -> None:
+    """A tenant with pod rights in one namespace floods pods that may use model B only, to
+    keep B from everyone else. The learned target workload mixes tenants by weight, so the
+    flood's size does not move B's need past the tenant's weighted part (and a pod of another
+    tenant still takes B where nothing else fits: test_a_pod_of_any_model_leaves_...)."""
+    from solver.types import Tenant
+    from solver.workload import WorkloadRecord, with_workload
+
+    nodes = (_node("a0", "A"), _node("b0", "B"), _node("b1", "B"), _node("b2", "B"))
+    tenants = (Tenant("a"), Tenant("b"))
+
+    def need_after(flood: int) -> float:
+        record = WorkloadRecord(3600.0)
+        gangs = (Gang(name="ga", tenant="a", pods=(_pod("a-any"),)),
+                 *(Gang(name=f"f{i}", tenant="b", pods=(_pod(f"f{i}", frozenset({"B"})),))
+                   for i in range(flood)))
+        record.observe(0.0, Snapshot(nodes=nodes, gangs=gangs, tenants=tenants))
+        s = with_workload(Snapshot(nodes=nodes, tenants=tenants), record)
+        state = ClusterArrays(s)
+        steer = ModelSteer.of(state)
+        assert steer is not None
+        return float(steer.need[state.models.index("B")])
+
+    assert need_after(10) == pytest.approx(need_after(10_000)) == pytest.approx(0.5)
