@@ -48,8 +48,9 @@ class ModelSteer:
     @classmethod
     def of(cls, state: ClusterArrays,
            workload: tuple[TypicalPod, ...] | None = None) -> ModelSteer | None:
-        """The steer for ``state``'s cluster and target workload, or None when no model is
-        needed by a restricted pod (one model only, or no pod restricted)."""
+        """The steer for ``state``'s cluster and target workload, or None when no model keeps
+        room (one model only, no pod restricted, or every model its restricted pods alone
+        ask more of than its share of the GPUs)."""
         models = state.models
         if len(models) < 2:
             return None
