@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from solver.baselines.cluster import BoolArray, ClusterArrays, FloatArray
-from solver.types import PodRequest, TypicalPod
+from solver.types import PodRequest
 
 #: How much room a model keeps, as a multiple of its need. Keeping room narrows where the other
 #: pods may go, which costs packing; on the FGD protocol (openb gpuspec lists, seeds 42-44) half
@@ -46,22 +46,19 @@ class ModelSteer:
     need: FloatArray
 
     @classmethod
-    def of(cls, state: ClusterArrays,
-           workload: tuple[TypicalPod, ...] | None = None) -> ModelSteer | None:
+    def of(cls, state: ClusterArrays) -> ModelSteer | None:
         """The steer for ``state``'s cluster and target workload, or None when no model keeps
         room (one model only, no pod restricted, or every model its restricted pods alone
         ask more of than its share of the GPUs)."""
         models = state.models
         if len(models) < 2:
             return None
-        if workload is None:
-            workload = state.target_workload()
         capacity = np.bincount(state.node_model, weights=state.gpu_count * 1000.0,
                                minlength=len(models) + 1)[: len(models)]
         present = frozenset(models)
         need = np.zeros(len(models) + 1, dtype=np.float64)
         total = 0.0
-        for t in workload:
+        for t in state.target_workload():
             demand = t.weight * t.gpu_count * t.gpu_milli
             if demand <= 0:
                 continue
