@@ -3,27 +3,17 @@ others lack), and the hold lead it can set reaches the policy the replay runs wi
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
 
 from solver.simulate.generate import generate
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 @pytest.fixture(scope="module")
-def sim() -> ModuleType:
-    sys.path.insert(0, str(BENCH))  # the script imports timed_sim beside it
-    spec = importlib.util.spec_from_file_location("reservations_sim", BENCH / "reservations_sim.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["reservations_sim"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+def sim(load_bench: Callable[[str], ModuleType]) -> ModuleType:
+    return load_bench("reservations_sim")
 
 
 def _figures(p99: float) -> dict[str, float]:
