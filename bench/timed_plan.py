@@ -17,9 +17,9 @@ engine, to learn whether it is worth building in:
    plus the sum of the starts.
 3. **What the window does with it**: a planned gang the schedule starts now goes to the
    engine pinned to its planned nodes (through a node label only this experiment sets); one it
-   starts later is left out of the window; with ``--hold S``, the free whole GPUs a later gang
-   will use, if it starts within ``S`` seconds, are held by stand-in pods (what the engine's
-   own reservations do, as solver/reserve.py's ``HOLD_PREFIX`` pods). The engine
+   starts later is left out of the window; in the ``+hold600`` contenders, the free whole GPUs
+   a later gang will use, if it starts within 600 s, are held by stand-in pods (as the
+   engine's own reservations hold, with solver/reserve.py's ``HOLD_PREFIX`` pods). The engine
    (``solver.api.solve``, cpsat, as the replay calls it) places everything else as before.
 
 Every replay is bench/timed_sim.py's (`simulate_timed`, 5 s windows settling after 1 s, a 1 s
@@ -52,6 +52,7 @@ sys.path.insert(0, str(REPO))
 from admission.simulate import SimulateError, parse_seeds  # noqa: E402
 from solver.plan import Plan  # noqa: E402
 from solver.queue import queue_order  # noqa: E402
+from solver.reserve import HOLD_PREFIX  # noqa: E402
 from solver.simulate.generate import generate  # noqa: E402
 from solver.simulate.timed import TimedConfig, default_solve, simulate_timed  # noqa: E402
 from solver.simulate.timed_scenario import Scenario  # noqa: E402
@@ -65,8 +66,6 @@ UNIT_S = 10
 WAIT_WEIGHT = 10
 #: CP-SAT's time limit for one window's schedule (beside the engine's own 1 s).
 SCHEDULE_LIMIT_S = 0.3
-#: The stand-in pods' name prefix (as solver/reserve.py's).
-HOLD_PREFIX = "reservation/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +77,7 @@ class Planned:
 
 
 def pool_models(snapshot: Snapshot) -> frozenset[str]:
-    """The GPU models some pending or running gang's pods are restricted to."""
+    """The GPU models some pending gang's pods are restricted to."""
     return frozenset().union(*(p.models for g in snapshot.gangs for p in g.pods if p.models))
 
 
@@ -100,7 +99,9 @@ def _demand(pod_gpu_count: int, pod_gpu_milli: int) -> int:
 def schedule(snapshot: Snapshot, *, time_limit_s: float = SCHEDULE_LIMIT_S,
              ranked: bool = False) -> dict[str, Planned] | None:
     """The window's schedule of the pool (module docstring, step 2), or None when nothing is
-    planned or CP-SAT finds no schedule in time."""
+    planned or CP-SAT finds no schedule in time. ``ranked``: each start weighted by the gang's
+    place in the queue (:func:`solver.queue.queue_order`, the fair-share boost included; the
+    first of n planned gangs n times, the last once) instead of all alike."""
     models = pool_models(snapshot)
     gangs = planned_gangs(snapshot, models)
     if not gangs:
