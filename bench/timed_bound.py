@@ -76,6 +76,22 @@ def pool_of(scenario: Scenario) -> Pool:
     return Pool(models, capacity, inside, len(scenario.arrivals))
 
 
+def kth_longest(m: cp_model.CpModel, waits: list[cp_model.LinearExprT], k: int, horizon: int,
+                lowest: int = 0) -> cp_model.IntVar:
+    """A variable at least every wait but the k - 1 left out: at the minimum, the k-th longest
+    (``lowest``: a bound on it already proved)."""
+    z = m.new_int_var(lowest, horizon, f"z{k}")
+    if k == 1:  # no choice to make: CP-SAT proves this one much faster without it
+        for w in waits:
+            m.add(z >= w)
+    else:
+        out = [m.new_bool_var("out") for _ in waits]
+        for w, o in zip(waits, out, strict=True):
+            m.add(z >= w - horizon * o)
+        m.add(sum(out) <= k - 1)
+    return z
+
+
 def kth_longest_wait_bound(pool: Pool, k: int, *, time_cap_s: float = TIME_CAP_S
                            ) -> tuple[float, str]:
     """A lower bound on the k-th longest wait (k >= 1) of the pool's gangs over every schedule
@@ -96,16 +112,7 @@ def kth_longest_wait_bound(pool: Pool, k: int, *, time_cap_s: float = TIME_CAP_S
         demands.append(a.gang.gpu_demand_milli)
         waits.append(start - arrival)
     m.add_cumulative(intervals, demands, pool.capacity_milli)
-    # z is at least every wait but the k - 1 left out: the k-th longest
-    z = m.new_int_var(0, horizon, "z")
-    if k == 1:  # no choice to make: CP-SAT proves this one much faster without it
-        for w in waits:
-            m.add(z >= w)
-    else:
-        out = [m.new_bool_var("out") for _ in waits]
-        for w, o in zip(waits, out, strict=True):
-            m.add(z >= w - horizon * o)
-        m.add(sum(out) <= k - 1)
+    z = kth_longest(m, waits, k, horizon)
     m.minimize(z)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_cap_s
@@ -155,6 +162,7 @@ def p99_node_bound(scenario: Scenario, pool: Pool, lower: dict[int, float], *,
         return 0.0, 0.0, "FEWER_GANGS"
     w_rank, w_before = p99_weights(pool.all_gangs)
     nodes = [n for n in scenario.nodes if any(g.model in pool.models for g in n.gpus)]
+    room = {n.name: sum(MILLI for g in n.gpus if g.model in pool.models) for n in nodes}
     m = cp_model.CpModel()
     horizon = int(max(a.arrival_s for a in pool.gangs)
                   + sum(a.duration_s for a in pool.gangs)) + 1
@@ -167,13 +175,12 @@ def p99_node_bound(scenario: Scenario, pool: Pool, lower: dict[int, float], *,
         start = m.new_int_var(arrival, horizon, "start")
         waits.append(start - arrival)
         for pod in a.gang.pods:
-            demand = pod.gpu_count * MILLI if pod.gpu_milli == MILLI else pod.gpu_milli
+            demand = pod.gpu_demand_milli
             if not demand:
                 continue
             options = []
             for n in nodes:
-                room = sum(MILLI for g in n.gpus if g.model in pod.models)
-                if demand > room:
+                if demand > sum(MILLI for g in n.gpus if g.model in pod.models):
                     continue
                 x = m.new_bool_var("on")
                 options.append(x)
@@ -184,15 +191,9 @@ def p99_node_bound(scenario: Scenario, pool: Pool, lower: dict[int, float], *,
                 return 0.0, None, "NO_NODE"
             m.add_exactly_one(options)
     for n in nodes:
-        m.add_cumulative(on_node[n.name][0], on_node[n.name][1],
-                         sum(MILLI for g in n.gpus if g.model in pool.models))
-    z = {}
-    for k in (rank, rank - 1) if rank > 1 else (rank,):
-        z[k] = m.new_int_var(math.floor(lower.get(k, 0.0)), horizon, f"z{k}")
-        out = [m.new_bool_var("out") for _ in waits]
-        for w, o in zip(waits, out, strict=True):
-            m.add(z[k] >= w - horizon * o)
-        m.add(sum(out) <= k - 1)
+        m.add_cumulative(on_node[n.name][0], on_node[n.name][1], room[n.name])
+    z = {k: kth_longest(m, waits, k, horizon, math.floor(lower.get(k, 0.0)))
+         for k in ((rank, rank - 1) if rank > 1 else (rank,))}
     m.minimize(w_rank * z[rank] + w_before * z.get(rank - 1, z[rank]))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_cap_s
@@ -218,12 +219,12 @@ def row(seed: int, *, time_cap_s: float = TIME_CAP_S) -> dict[str, object]:
     best = monotone({k: b for k, (b, _) in bounds.items()})
     node_bound, node_found, node_status = p99_node_bound(scenario, pool, best,
                                                          time_cap_s=time_cap_s)
-    return {"node_bound": node_bound, "node_found": node_found, "node_status": node_status,
-            "seed": seed, "pool": "+".join(sorted(pool.models)),
+    return {"seed": seed, "pool": "+".join(sorted(pool.models)),
             "pool_gpus": pool.capacity_milli // MILLI, "pool_gangs": len(pool.gangs),
             "gangs": pool.all_gangs, "rank": rank, "bounds": best,
             "statuses": sorted({s for _, s in bounds.values()}),
-            "cpsat_p99": p99["cpsat"], "bestfit_p99": p99["bestfit"]}
+            "cpsat_p99": p99["cpsat"], "bestfit_p99": p99["bestfit"],
+            "node_bound": node_bound, "node_found": node_found, "node_status": node_status}
 
 
 def report(rows: list[dict[str, object]], command: str, wall_s: float) -> str:

@@ -92,10 +92,6 @@ def planned_gangs(snapshot: Snapshot, models: frozenset[str]) -> list[Gang]:
     return out
 
 
-def _demand(pod_gpu_count: int, pod_gpu_milli: int) -> int:
-    return pod_gpu_count * MILLI if pod_gpu_milli == MILLI else pod_gpu_milli
-
-
 def schedule(snapshot: Snapshot, *, time_limit_s: float = SCHEDULE_LIMIT_S,
              ranked: bool = False) -> dict[str, Planned] | None:
     """The window's schedule of the pool (module docstring, step 2), or None when nothing is
@@ -129,7 +125,7 @@ def schedule(snapshot: Snapshot, *, time_limit_s: float = SCHEDULE_LIMIT_S,
         starts[g.name] = start
         m.add(longest >= start + int(g.wait_seconds // UNIT_S))
         for p in g.pods:
-            demand = _demand(p.gpu_count, p.gpu_milli)
+            demand = p.gpu_demand_milli
             if not demand:
                 continue
             options = []
@@ -183,7 +179,7 @@ def apply(snapshot: Snapshot, plan: dict[str, Planned] | None, hold_s: float | N
                 replace(pod, node_selector={**pod.node_selector, PIN_LABEL: p.nodes[pod.name]})
                 if pod.name in p.nodes else pod for pod in g.pods)))
             for pod in g.pods:  # what the gangs starting now will take is not held
-                need = pod.gpu_count if pod.gpu_milli == MILLI else 0
+                need = 0 if pod.shares_gpu else pod.gpu_count
                 node = free.get(p.nodes.get(pod.name, ""), {})
                 for i in sorted(node):
                     if need and node[i] == MILLI:
@@ -194,7 +190,7 @@ def apply(snapshot: Snapshot, plan: dict[str, Planned] | None, hold_s: float | N
             continue
         for pod in g.pods:
             node = p.nodes.get(pod.name)
-            need = pod.gpu_count if pod.gpu_milli == MILLI else 0
+            need = 0 if pod.shares_gpu else pod.gpu_count
             if node is None or not need:
                 continue
             got = []

@@ -23,8 +23,10 @@ from solver.types import (
     Running,
     Snapshot,
     SolverPolicy,
+    Tenant,
     TypicalPod,
 )
+from solver.workload import WorkloadRecord, with_workload
 from tests.solver.test_cpsat_random import snapshots
 
 
@@ -286,9 +288,6 @@ def test_a_flood_of_one_tenants_restricted_pods_keeps_only_its_weighted_part() -
     keep B from everyone else. The learned target workload mixes tenants by weight, so the
     flood's size does not move B's need past the tenant's weighted part (and a pod of another
     tenant still takes B where nothing else fits: test_a_pod_of_any_model_leaves_...)."""
-    from solver.types import Tenant
-    from solver.workload import WorkloadRecord, with_workload
-
     nodes = (_node("a0", "A"), _node("b0", "B"), _node("b1", "B"), _node("b2", "B"))
     tenants = (Tenant("a"), Tenant("b"))
 
