@@ -26,6 +26,9 @@ releases pods) the wait until every pod that fits is Running. Systems:
   a creation burst pauses the writes even while the scheduler has no released pod left to
   bind. ``berth serve`` itself keeps writing, one at a time or more, while fewer than 100
   released pods wait to be bound.
+- ``berth-serve-nopolicy`` (a diagnosis): ``berth serve`` without the pod-keys
+  ValidatingAdmissionPolicy that config/base ships beside it (every other Berth system has
+  it, bound to the burst's namespaces), to see what the API server's CEL costs the burst.
 - ``berth-serve-one-process``: ``berth serve --one-process``, both in one interpreter (how
   ``berth serve`` ran before the controller got its own process).
 
@@ -90,11 +93,12 @@ from e2e.bench_scale import Creates, Tracker, _lift_limits, _pct
 from e2e.berth import BerthWebhook, berth_webhook
 from e2e.conftest import E2ECluster, drop_namespace, make_namespace
 from e2e.kueue import gpu_queues, kueue_manager
+from e2e.policies import POD_KEYS_POLICY
 
 SYSTEMS = ("none", "kueue", "berth-webhook", "berth-serve", "berth-serve-nice0",
            "berth-serve-one-process", "berth-serve-short-solve", "berth-serve-unpaced",
            "berth-serve-floor1", "berth-serve-floor8", "berth-serve-writers1",
-           "berth-serve-nofeed")
+           "berth-serve-nofeed", "berth-serve-nopolicy")
 QUEUE = "pace"
 _HZ = os.sysconf("SC_CLK_TCK")
 
@@ -454,8 +458,10 @@ class Bench:
                    "berth-serve-floor8": {"BERTH_WRITE_PACING_FLOOR": "0.125"},
                    "berth-serve-writers1": {"BERTH_RELEASE_WRITERS": "1"},
                    "berth-serve-nofeed": {"BERTH_SCHEDULER_FEED": "0"}}.get(name)
+            policies = () if name == "berth-serve-nopolicy" else (POD_KEYS_POLICY,)
             with berth_webhook(self.e2e, self.work / name, namespaces, serve=serve,
-                               edit_policy=edit, serve_args=extra, env=env) as hook:
+                               edit_policy=edit, serve_args=extra, env=env,
+                               admission_policy_files=policies) as hook:
                 assert hook.record is not None
                 pgid = hook.record.pgid
                 self.berth_pid = hook.record.pid

@@ -39,7 +39,7 @@ from admission.devcluster.rbac import (
 )
 from e2e.conftest import E2ECluster, drop_namespace, make_namespace
 from e2e.helpers import BERTH, pod_manifest
-from e2e.policies import admission_policies
+from e2e.policies import POD_KEYS_POLICY, admission_policies
 from e2e.webhooks import registered
 
 GATE = c.SCHEDULING_GATE
@@ -137,13 +137,16 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
                   edit_policy: Callable[[dict[str, Any]], None] | None = None,
                   serve_args: Sequence[str] = (),
                   policy_doc: Mapping[str, Any] | None = None,
-                  env: Mapping[str, str] | None = None) -> Iterator[BerthWebhook]:
+                  env: Mapping[str, str] | None = None,
+                  admission_policy_files: Sequence[Path] = (POD_KEYS_POLICY,),
+                  ) -> Iterator[BerthWebhook]:
     """``berth webhook`` alone, or with ``serve`` the whole of Berth (``berth serve``: webhook
     and batch controller) talking to the apiserver through ``kubeconfig`` (default: the
     cluster admin's), its Lease in ``lease_namespace`` (default: the first tenant's), with
     ``serve_args`` added to its command line and ``env`` to its environment. ``policy_doc``:
     a whole policy to serve instead of the sample policy made to fit ``namespaces`` (whose
-    tenants it must own)."""
+    tenants it must own). ``admission_policy_files``: the ValidatingAdmissionPolicies installed
+    beside it (default: the pod-keys policy config/base ships; ``()`` for none, a diagnosis)."""
     workdir.mkdir(parents=True, exist_ok=True)
     if policy_doc is not None:
         policy = workdir / "policy.yaml"
@@ -171,7 +174,8 @@ def berth_webhook(cluster: E2ECluster, workdir: Path, namespaces: Mapping[str, s
         some_ns = next(iter(namespaces.values()))
         config["metadata"]["name"] = f"berth-{some_ns}"[:63]
         with registered(cluster.api, config), admission_policies(
-                cluster.api, suffix=some_ns, namespaces=list(namespaces.values())):
+                cluster.api, suffix=some_ns, namespaces=list(namespaces.values()),
+                files=admission_policy_files):
             core = client.CoreV1Api(cluster.api)
             try:
                 wait_until_gating(core, some_ns, probe=pod_manifest("probe", gpus=1))
