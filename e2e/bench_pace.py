@@ -26,6 +26,9 @@ releases pods) the wait until every pod that fits is Running. Systems:
   a creation burst pauses the writes even while the scheduler has no released pod left to
   bind. ``berth serve`` itself keeps writing, one at a time or more, while fewer than 100
   released pods wait to be bound.
+- ``berth-serve-feed50`` (an option, off by default): ``BERTH_SCHEDULER_FEED_RATE=50``, while
+  the scheduler is short of released pods as many writes in flight as 50 a second take, where
+  ``berth serve`` keeps one.
 - ``berth-serve-nopolicy`` (a diagnosis): ``berth serve`` without the pod-keys
   ValidatingAdmissionPolicy that config/base ships beside it (every other Berth system has
   it, bound to the burst's namespaces), to see what the API server's CEL costs the burst.
@@ -98,7 +101,8 @@ from e2e.policies import POD_KEYS_POLICY
 SYSTEMS = ("none", "kueue", "berth-webhook", "berth-serve", "berth-serve-nice0",
            "berth-serve-one-process", "berth-serve-short-solve", "berth-serve-unpaced",
            "berth-serve-floor1", "berth-serve-floor8", "berth-serve-writers1",
-           "berth-serve-nofeed", "berth-serve-nopolicy")
+           "berth-serve-nofeed", "berth-serve-nopolicy",
+           "berth-serve-feed50")
 QUEUE = "pace"
 _HZ = os.sysconf("SC_CLK_TCK")
 
@@ -457,7 +461,8 @@ class Bench:
                    "berth-serve-floor1": {"BERTH_WRITE_PACING_FLOOR": "1"},
                    "berth-serve-floor8": {"BERTH_WRITE_PACING_FLOOR": "0.125"},
                    "berth-serve-writers1": {"BERTH_RELEASE_WRITERS": "1"},
-                   "berth-serve-nofeed": {"BERTH_SCHEDULER_FEED": "0"}}.get(name)
+                   "berth-serve-nofeed": {"BERTH_SCHEDULER_FEED": "0"},
+                   "berth-serve-feed50": {"BERTH_SCHEDULER_FEED_RATE": "50"}}.get(name)
             policies = () if name == "berth-serve-nopolicy" else (POD_KEYS_POLICY,)
             with berth_webhook(self.e2e, self.work / name, namespaces, serve=serve,
                                edit_policy=edit, serve_args=extra, env=env,

@@ -74,7 +74,8 @@ class Controller:
             settings.release_writers, adaptive=settings.write_pacing,
             floor=settings.write_pacing_floor, on_cut=self.metrics.write_limit_cuts.inc,
             scheduler_short=lambda: (self.inventory.released_unbound()
-                                     < self.settings.scheduler_feed))
+                                     < self.settings.scheduler_feed),
+            feed_rate=settings.scheduler_feed_rate)
         self.metrics.write_limit.set_function(lambda: self.pace.limit)
         self.metrics.released_unbound.set_function(self.inventory.released_unbound)
         for kind in ("nodes", "pods", "jobs"):

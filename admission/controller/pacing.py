@@ -19,8 +19,12 @@ scheduler behind Berth: while fewer than ``FEED_PODS`` of the pods Berth release
 bound (``scheduler_short``), the writes go on at one in flight or more, burst or not, since a
 release the scheduler could have bound by now costs that pod its start, and the scheduler binds
 at its own pace whatever the creates do (kube-scheduler: 50 a second at its default client
-limit). Outside a burst the limit never falls below one write in flight, so an API server that
-is merely slow for a long time still gets Berth's releases one after another.
+limit). With a ``feed_rate`` (``BERTH_SCHEDULER_FEED_RATE``, off by default) they go at that
+pace instead: as many in flight as ``feed_rate`` writes a second take at the answer times seen
+lately (at most ``most``); pods then start sooner and the creates go slower
+(e2e/bench_pace.md, "Feeding the scheduler at its pace"). Outside a burst the limit never falls
+below one write in flight, so an API server that is merely slow for a long time still gets
+Berth's releases one after another.
 
 Only how many writes overlap changes: never their order, which the release protocol keeps by
 waiting for each step (release.py), and never whether a write is made.
@@ -28,6 +32,7 @@ waiting for each step (release.py), and never whether a write is made.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -48,6 +53,11 @@ BURST_FLOOR = 0.25  # the lowest limit during a creation burst (a write in fligh
 #: Released pods not yet bound below which a burst does not pause the writes: two seconds of
 #: kube-scheduler's binds at its default client limit (``--kube-api-qps`` 50).
 FEED_PODS = 100
+#: Writes a second while the scheduler is short (0: one write in flight). Off by default: at 50
+#: (kube-scheduler's binds at its default client limit) pods started sooner and the creates of
+#: a burst went a quarter slower (e2e/bench_pace.md).
+FEED_RATE = 0.0
+RTT_SMOOTHING = 0.25  # weight of the newest answer time in the recent mean the feed uses
 
 
 class Arrivals:
@@ -74,7 +84,8 @@ class Arrivals:
 class WritePace:
     """How many writes may be in flight: between 1 and ``most``, adapted to the answer times;
     during a creation burst (``arrivals``) down to ``floor`` (below 1: a pause after each write)
-    unless the scheduler is short of released pods (``scheduler_short``).
+    unless the scheduler is short of released pods (``scheduler_short``), when it is at least
+    what makes ``feed_rate`` writes a second at the recent answer times (0: one write).
 
     ``slot()`` wraps one write: it waits until fewer than the limit are in flight, times the
     write and adapts the limit to it. ``observe()`` takes the time of a write made outside the
@@ -84,8 +95,11 @@ class WritePace:
                  clock: Callable[[], float] = time.monotonic,
                  arrivals: Arrivals | None = None,
                  on_cut: Callable[[], None] | None = None,
-                 scheduler_short: Callable[[], bool] | None = None) -> None:
+                 scheduler_short: Callable[[], bool] | None = None,
+                 feed_rate: float = FEED_RATE) -> None:
         self.most = max(1, most)
+        self.feed_rate = max(0.0, feed_rate)
+        self.rtt: float | None = None  # recent answer time of the paced writes (smoothed)
         self.adaptive = adaptive
         # True while the scheduler behind Berth has too few released pods left to bind
         self.scheduler_short = scheduler_short or (lambda: False)
@@ -132,6 +146,8 @@ class WritePace:
         now = self.clock()
         base = self._base()
         self._sample(rtt, now)
+        self.rtt = rtt if self.rtt is None else (
+            RTT_SMOOTHING * rtt + (1 - RTT_SMOOTHING) * self.rtt)
         if not self.adaptive:
             return
         floor = self.floor if self._may_pause() else 1.0
@@ -155,11 +171,20 @@ class WritePace:
         """A creation burst, and the scheduler has enough released pods to bind meanwhile."""
         return self.arrivals.burst() and not self.scheduler_short()
 
+    def allowed(self) -> int:
+        """Writes that may be in flight now: the limit (at least one), and while the scheduler
+        is short of released pods as many as ``feed_rate`` a second takes at the recent
+        answer time, up to ``most``."""
+        allowed = max(1, int(self.limit))
+        if self.adaptive and self.feed_rate > 0 and self.rtt and self.scheduler_short():
+            allowed = max(allowed, min(self.most, math.ceil(self.feed_rate * self.rtt - 1e-9)))
+        return allowed
+
     @contextmanager
     def slot(self) -> Iterator[None]:
         with self._cond:
             while True:
-                if self.in_flight < max(1, int(self.limit)):
+                if self.in_flight < self.allowed():
                     pause = self._next_start - self.clock()
                     if pause <= 0 or not self._may_pause():
                         break

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from admission.backends import BackendName
-from admission.controller.pacing import BURST_FLOOR, FEED_PODS
+from admission.controller.pacing import BURST_FLOOR, FEED_PODS, FEED_RATE
 from admission.policy import Policy, Sharing, to_solver
 from admission.policy.model import DEFAULT_MAX_EXPECTED_RUNTIME
 from solver.names import SolverName
@@ -52,6 +52,18 @@ def scheduler_feed() -> int:
     pauses the writes whatever the scheduler has left, the pacing before this setting)."""
     raw = os.environ.get("BERTH_SCHEDULER_FEED", "").strip()
     return int(raw) if raw.isdigit() else FEED_PODS
+
+
+def scheduler_feed_rate() -> float:
+    """Writes a second while the scheduler is short of released pods (pacing.py,
+    ``FEED_RATE``, 0: one write in flight); BERTH_SCHEDULER_FEED_RATE sets it (50:
+    kube-scheduler's pace; a number from 0 to 10,000, anything else is the default)."""
+    raw = os.environ.get("BERTH_SCHEDULER_FEED_RATE", "").strip()
+    try:
+        rate = float(raw)
+    except ValueError:
+        return FEED_RATE
+    return rate if 0 <= rate <= 10_000 else FEED_RATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +120,7 @@ class Settings:
     # the lowest limit during a creation burst (below 1: a pause after each write)
     write_pacing_floor: float = BURST_FLOOR
     scheduler_feed: int = FEED_PODS
+    scheduler_feed_rate: float = FEED_RATE
     # A pod Berth released and its scheduler has not bound this long after says so
     # (condition reason NotBound and a Warning Event; see unbound.py).
     bind_grace_seconds: float = 30.0
@@ -165,5 +178,6 @@ def from_policy(policy: Policy) -> Settings:
         release_writers=release_writers(),
         write_pacing=write_pacing(),
         write_pacing_floor=write_pacing_floor(), scheduler_feed=scheduler_feed(),
+        scheduler_feed_rate=scheduler_feed_rate(),
         max_expected_runtime_seconds=float(policy.admission.max_expected_runtime_seconds),
     )

@@ -17,12 +17,18 @@ from admission.controller.pacing import (
     BURST_PODS,
     BURST_WINDOW_S,
     FEED_PODS,
+    FEED_RATE,
     WINDOW_S,
     Arrivals,
     PacedApi,
     WritePace,
 )
-from admission.controller.settings import scheduler_feed, write_pacing, write_pacing_floor
+from admission.controller.settings import (
+    scheduler_feed,
+    scheduler_feed_rate,
+    write_pacing,
+    write_pacing_floor,
+)
 from solver.api import solve
 from tests.admission.controller.fakeapi import FakeApi
 from tests.admission.controller.harness import controller, gang_cluster, gates
@@ -255,6 +261,77 @@ def test_the_scheduler_feed_from_the_environment(monkeypatch: pytest.MonkeyPatch
     if raw is not None:
         monkeypatch.setenv("BERTH_SCHEDULER_FEED", raw)
     assert scheduler_feed() == feed
+
+
+@pytest.mark.parametrize("raw, rate", [(None, FEED_RATE), ("0", 0.0), ("50", 50.0),
+                                       (" 12.5 ", 12.5), ("-5", FEED_RATE), ("fast", FEED_RATE),
+                                       ("nan", FEED_RATE), ("inf", FEED_RATE),
+                                       ("1e9", FEED_RATE)])
+def test_the_scheduler_feed_rate_from_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                                      raw: str | None, rate: float) -> None:
+    monkeypatch.delenv("BERTH_SCHEDULER_FEED_RATE", raising=False)
+    if raw is not None:
+        monkeypatch.setenv("BERTH_SCHEDULER_FEED_RATE", raw)
+    assert scheduler_feed_rate() == rate
+
+
+def test_while_the_scheduler_is_short_the_writes_keep_its_pace() -> None:
+    """With a feed rate, a scheduler short of released pods gets that many writes a second: as
+    many in flight as the recent answer time needs (50 a second at 100 ms: 5), at most
+    ``most``, whatever the limit; with enough released pods, the limit alone again."""
+    clock = Clock()
+    short = [True]
+    pace = WritePace(8, floor=0.25, clock=clock, scheduler_short=lambda: short[0],
+                     feed_rate=50)
+    pace.observe(0.010)
+    creating(pace)
+    assert pace.allowed() == 1  # no answer time yet: one write
+    for _ in range(20):
+        write(pace, clock, 0.100)
+    assert pace.limit == 1 and pace.allowed() == 5
+    for _ in range(40):
+        write(pace, clock, 0.400)  # 20 would be needed; never more than most
+    assert pace.allowed() == 8
+    short[0] = False
+    assert pace.allowed() == max(1, int(pace.limit)) < 8
+    short[0] = True
+    off = WritePace(8, floor=0.25, clock=clock, scheduler_short=lambda: True, feed_rate=0)
+    off.observe(0.010)
+    for _ in range(20):
+        write(off, clock, 0.100)
+    assert off.allowed() == 1  # no feed rate (the default): one write in flight
+    assert WritePace(8).feed_rate == FEED_RATE == 0
+    fixed = WritePace(3, adaptive=False, clock=clock, scheduler_short=lambda: True, feed_rate=50)
+    write(fixed, clock, 1.0)
+    assert fixed.allowed() == 3  # pacing off: the configured writers, no more
+
+
+def test_the_feed_s_writes_really_overlap() -> None:
+    """With the scheduler short and slow answers, the writes made by threads overlap up to
+    what the feed allows, never more."""
+    pace = WritePace(8, scheduler_short=lambda: True, feed_rate=50)
+    pace.rtt = 0.06  # recent answers of 60 ms: 3 in flight for 50 a second
+    pace._answered = lambda rtt, busy: None  # type: ignore[method-assign]  # keep it so
+    peak = 0
+    lock = threading.Lock()
+    now = [0]
+
+    def one() -> None:
+        nonlocal peak
+        with pace.slot():
+            with lock:
+                now[0] += 1
+                peak = max(peak, now[0])
+            time.sleep(0.05)
+            with lock:
+                now[0] -= 1
+
+    threads = [threading.Thread(target=one) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak == 3
 
 
 def test_every_cut_is_told_to_the_controller_s_counter() -> None:
