@@ -9,6 +9,11 @@ releases pods) the wait until every pod that fits is Running. Systems:
 - ``kueue``: Kueue's own pod webhooks (mutating and validating, its pod integration) and its
   manager, with one ClusterQueue per namespace holding half of the GPUs.
 - ``berth-webhook``: ``berth webhook`` alone (pods are gated and stay so: creation only).
+- ``volcano-webhook``: Volcano's admission webhook alone (``vc-webhook-manager``, built by
+  ``e2e/build.sh volcano-webhook``) with its two pod webhooks as its Helm chart registers them
+  (mutate and validate, every pod CREATE outside kube-system); the pods name the ``volcano``
+  scheduler, whose pods those webhooks look at, and no Volcano scheduler runs: creation only,
+  as ``berth-webhook``.
 - ``berth-serve``: ``berth serve``, the webhook and, in a child process, the controller.
 - ``berth-serve-nice0``: the same with ``--controller-nice 0``: the controller child at the
   webhook's CPU priority instead of 10 below it.
@@ -97,8 +102,9 @@ from e2e.berth import BerthWebhook, berth_webhook
 from e2e.conftest import E2ECluster, drop_namespace, make_namespace
 from e2e.kueue import gpu_queues, kueue_manager
 from e2e.policies import POD_KEYS_POLICY
+from e2e.volcano import VOLCANO_SCHEDULER, volcano_webhook
 
-SYSTEMS = ("none", "kueue", "berth-webhook", "berth-serve", "berth-serve-nice0",
+SYSTEMS = ("none", "kueue", "berth-webhook", "volcano-webhook", "berth-serve", "berth-serve-nice0",
            "berth-serve-one-process", "berth-serve-short-solve", "berth-serve-unpaced",
            "berth-serve-floor1", "berth-serve-floor8", "berth-serve-writers1",
            "berth-serve-nofeed", "berth-serve-nopolicy",
@@ -430,6 +436,7 @@ class Bench:
         self.fleet_gpus = fleet_gpus
         self.apiserver = next(r.pid for r in cluster.records if r.name == "kube-apiserver")
         self.berth_pid: int | None = None  # the running Berth process, for --profile
+        self.scheduler_name: str | None = None  # the pods' schedulerName (None: the default)
         self.runs = 0
         self.stem = ""  # the files of this run: its number and system (a system may repeat)
 
@@ -448,6 +455,14 @@ class Bench:
                                                    self.fleet_gpus // len(ns)))
                 yield (lambda: group_members(rec.pgid)), \
                     {"kueue.x-k8s.io/queue-name": QUEUE}, True
+        elif name == "volcano-webhook":
+            with volcano_webhook(self.e2e, self.work / name,
+                                 next(iter(namespaces.values()))) as rec:
+                self.scheduler_name = VOLCANO_SCHEDULER
+                try:
+                    yield (lambda: group_members(rec.pgid)), {}, False
+                finally:
+                    self.scheduler_name = None
         else:
             serve = name != "berth-webhook"
             extra = {"berth-serve-one-process": ("--one-process",),
@@ -551,7 +566,8 @@ class Bench:
         tracker, stop = Tracker(), threading.Event()
         for ns in namespaces.values():
             threading.Thread(target=tracker.run, args=(self.core, ns, stop), daemon=True).start()
-        burst = Creates(self.core, list(namespaces.values()), labels=labels)
+        burst = Creates(self.core, list(namespaces.values()), labels=labels,
+                        scheduler_name=self.scheduler_name)
         created, failed, ns_list = burst.created, burst.failed, burst.namespaces
 
         hook_sum0, hook_n0, writes0 = apiserver_counters(self.e2e.api)

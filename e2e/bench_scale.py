@@ -105,8 +105,10 @@ class Creates:
     returned (by ``ns/name``) and which failed. Called from many threads at once."""
 
     def __init__(self, core: client.CoreV1Api, namespaces: list[str], *, gpus: int = 1,
-                 labels: dict[str, str] | None = None) -> None:
+                 labels: dict[str, str] | None = None,
+                 scheduler_name: str | None = None) -> None:
         self.core, self.namespaces, self.gpus, self.labels = core, namespaces, gpus, labels
+        self.scheduler_name = scheduler_name
         self.created: dict[str, float] = {}
         self.failed: list[str] = []
         self._lock = threading.Lock()
@@ -114,9 +116,11 @@ class Creates:
     def create(self, i: int) -> None:
         ns = self.namespaces[i % len(self.namespaces)]
         name = f"p{i:05d}"
+        pod = pod_manifest(name, gpus=self.gpus, labels=self.labels)
+        if self.scheduler_name:
+            pod["spec"]["schedulerName"] = self.scheduler_name
         try:
-            self.core.create_namespaced_pod(ns, pod_manifest(name, gpus=self.gpus,
-                                                             labels=self.labels))
+            self.core.create_namespaced_pod(ns, pod)
         except client.ApiException as exc:
             with self._lock:
                 self.failed.append(f"{ns}/{name}: {exc.status} {exc.reason}")

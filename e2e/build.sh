@@ -7,7 +7,8 @@
 # cached per version in $BERTH_E2E_CACHE (default ~/.cache/berth-e2e)/<component>-<version>/bin.
 # A cached component is not rebuilt. Nothing is ever written into the repository.
 #
-# usage: e2e/build.sh [kubernetes|kubectl|etcd|kwok|kueue|volcano|volcano-controllers|helm|core|all]...
+# usage: e2e/build.sh [kubernetes|kubectl|etcd|kwok|kueue|volcano|volcano-controllers|volcano-webhook|
+#                      helm|core|all]...
 #   (default: core); core = kubernetes etcd kwok; volcano = its scheduler + volcano-controllers;
 #   all = core kubectl kueue volcano helm
 #        e2e/build.sh --bin-dir COMPONENT   prints where its binaries are cached
@@ -198,6 +199,17 @@ build_volcano_controllers_in_cwd() {
         volcano.sh/volcano/cmd/controller-manager
 }
 
+# --- Volcano's admission webhook (vc-webhook-manager), for e2e/bench_pace.py's volcano-webhook:
+# built on demand (not part of `all`), a component of its own like the controllers.
+build_volcano_webhook_in_cwd() {
+    local v="$VOLCANO_VERSION"
+    volcano_module_in_cwd
+    go get "volcano.sh/volcano/cmd/webhook-manager@$v"
+    mkdir -p bin
+    go build -ldflags "$ldflags_strip" -o bin/vc-webhook-manager \
+        volcano.sh/volcano/cmd/webhook-manager
+}
+
 # --- Helm: a plain module without replaces (the chart in charts/berth is rendered and installed
 # with it in the tests). The version is stamped as upstream's Makefile does, so that
 # `helm version` tells which release it is.
@@ -222,10 +234,12 @@ build_one() {
                  build_one volcano-controllers ;;
         volcano-controllers)
             build_cached "volcano-controllers-$VOLCANO_VERSION" build_volcano_controllers_in_cwd ;;
+        volcano-webhook)
+            build_cached "volcano-webhook-$VOLCANO_VERSION" build_volcano_webhook_in_cwd ;;
         helm) build_cached "helm-$HELM_VERSION" build_helm_in_cwd ;;
         core) build_one kubernetes; build_one etcd; build_one kwok ;;
         all) build_one core; build_one kubectl; build_one kueue; build_one volcano; build_one helm ;;
-        *) echo "unknown component: $1 (kubernetes|kubectl|etcd|kwok|kueue|volcano|volcano-controllers|helm|core|all)" >&2
+        *) echo "unknown component: $1 (kubernetes|kubectl|etcd|kwok|kueue|volcano|volcano-controllers|volcano-webhook|helm|core|all)" >&2
            return 2 ;;
     esac
 }
@@ -238,7 +252,7 @@ bin_dir() {
         etcd) key="$ETCD_VERSION" ;;
         kwok) key="$KWOK_VERSION" ;;
         kueue) key="$KUEUE_VERSION" ;;
-        volcano|volcano-controllers) key="$VOLCANO_VERSION" ;;
+        volcano|volcano-controllers|volcano-webhook) key="$VOLCANO_VERSION" ;;
         helm) key="$HELM_VERSION" ;;
         *) echo "unknown component: $1" >&2; return 2 ;;
     esac

@@ -29,6 +29,7 @@ COMPONENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "kueue": ("KUEUE_VERSION", ("kueue",)),
     "volcano": ("VOLCANO_VERSION", ("vc-scheduler",)),
     "volcano-controllers": ("VOLCANO_VERSION", ("vc-controller-manager",)),
+    "volcano-webhook": ("VOLCANO_VERSION", ("vc-webhook-manager",)),
     "helm": ("HELM_VERSION", ("helm",)),
 }
 
