@@ -104,10 +104,10 @@ from e2e.kueue import gpu_queues, kueue_manager
 from e2e.policies import POD_KEYS_POLICY
 from e2e.volcano import VOLCANO_SCHEDULER, volcano_webhook
 
-SYSTEMS = ("none", "kueue", "berth-webhook", "volcano-webhook", "berth-serve", "berth-serve-nice0",
-           "berth-serve-one-process", "berth-serve-short-solve", "berth-serve-unpaced",
-           "berth-serve-floor1", "berth-serve-floor8", "berth-serve-writers1",
-           "berth-serve-nofeed", "berth-serve-nopolicy",
+SYSTEMS = ("none", "kueue", "berth-webhook", "volcano-webhook", "berth-serve",
+           "berth-serve-nice0", "berth-serve-one-process", "berth-serve-short-solve",
+           "berth-serve-unpaced", "berth-serve-floor1", "berth-serve-floor8",
+           "berth-serve-writers1", "berth-serve-nofeed", "berth-serve-nopolicy",
            "berth-serve-feed50")
 QUEUE = "pace"
 _HZ = os.sysconf("SC_CLK_TCK")
