@@ -190,24 +190,20 @@ build_volcano_in_cwd() {
 # --- Volcano's controller manager, run with its queue controller alone: in v1.14 (not v1.10) the
 # scheduler allocates only in a Queue whose status says Open, which that controller writes.
 # A component of its own (like kubectl) so that adding it left a cached scheduler valid.
-build_volcano_controllers_in_cwd() {
-    local v="$VOLCANO_VERSION"
-    volcano_module_in_cwd
-    go get "volcano.sh/volcano/cmd/controller-manager@$v"
-    mkdir -p bin
-    go build -ldflags "$ldflags_strip" -o bin/vc-controller-manager \
-        volcano.sh/volcano/cmd/controller-manager
-}
+build_volcano_controllers_in_cwd() { build_volcano_cmd_in_cwd controller-manager vc-controller-manager; }
 
 # --- Volcano's admission webhook (vc-webhook-manager), for e2e/bench_pace.py's volcano-webhook:
 # built on demand (not part of `all`), a component of its own like the controllers.
-build_volcano_webhook_in_cwd() {
+build_volcano_webhook_in_cwd() { build_volcano_cmd_in_cwd webhook-manager vc-webhook-manager; }
+
+# One command of volcano.sh/volcano (its cmd/$1) built as bin/$2, against the module set up as
+# for the scheduler.
+build_volcano_cmd_in_cwd() {
     local v="$VOLCANO_VERSION"
     volcano_module_in_cwd
-    go get "volcano.sh/volcano/cmd/webhook-manager@$v"
+    go get "volcano.sh/volcano/cmd/$1@$v"
     mkdir -p bin
-    go build -ldflags "$ldflags_strip" -o bin/vc-webhook-manager \
-        volcano.sh/volcano/cmd/webhook-manager
+    go build -ldflags "$ldflags_strip" -o "bin/$2" "volcano.sh/volcano/cmd/$1"
 }
 
 # --- Helm: a plain module without replaces (the chart in charts/berth is rendered and installed
