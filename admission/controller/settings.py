@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from admission.backends import BackendName
@@ -39,11 +39,8 @@ def write_pacing_floor() -> float:
     """The lowest limit of the pacing during a creation burst: a fraction of one write in
     flight, a pause after each write (pacing.py, ``BURST_FLOOR``); BERTH_WRITE_PACING_FLOOR
     overrides it, to measure (1: never below one write in flight, as before 2026-12-06)."""
-    try:
-        floor = float(os.environ.get("BERTH_WRITE_PACING_FLOOR", str(BURST_FLOOR)))
-    except ValueError:
-        return BURST_FLOOR
-    return floor if math.isfinite(floor) and floor > 0 else BURST_FLOOR
+    return _env_number("BERTH_WRITE_PACING_FLOOR", BURST_FLOOR,
+                       lambda v: math.isfinite(v) and v > 0)
 
 
 def scheduler_feed() -> int:
@@ -58,12 +55,17 @@ def scheduler_feed_rate() -> float:
     """Writes a second while the scheduler is short of released pods (pacing.py,
     ``FEED_RATE``, 0: one write in flight); BERTH_SCHEDULER_FEED_RATE sets it (50:
     kube-scheduler's pace; a number from 0 to 10,000, anything else is the default)."""
-    raw = os.environ.get("BERTH_SCHEDULER_FEED_RATE", "").strip()
+    return _env_number("BERTH_SCHEDULER_FEED_RATE", FEED_RATE, lambda v: 0 <= v <= 10_000)
+
+
+def _env_number(name: str, default: float, ok: Callable[[float], bool]) -> float:
+    """The number in environment variable ``name`` where ``ok`` holds of it, else ``default``
+    (unset, not a number, or out of bounds)."""
     try:
-        rate = float(raw)
+        value = float(os.environ.get(name, "").strip())
     except ValueError:
-        return FEED_RATE
-    return rate if 0 <= rate <= 10_000 else FEED_RATE
+        return default
+    return value if ok(value) else default
 
 
 @dataclass(frozen=True, slots=True)
