@@ -41,7 +41,7 @@ from dataclasses import replace
 
 from solver.baselines import ClusterArrays
 from solver.cpsat.reasons import deferrals
-from solver.cpsat.search import passes_for, search
+from solver.cpsat.search import budget_for, search
 from solver.cpsat.solve import Judge, plan_value, solve_cpsat
 from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
@@ -404,7 +404,8 @@ def solve_partitioned(
     greedy: Plan | None = None
     if len(snapshot.nodes) <= WHOLE_GREEDY_MAX_NODES:
         arrays = ClusterArrays(snapshot)
-        greedy = search(snapshot, arrays, seed=seed, passes=passes_for(snapshot, time_limit))
+        passes, moves = budget_for(snapshot, time_limit)
+        greedy = search(snapshot, arrays, seed=seed, passes=passes, moves=moves)
     greedy_s = time.perf_counter() - t0
     subs, spread, left_out = _split(snapshot, parts, greedy)
     hints: list[Plan | None] = (list(hint_parts(greedy, subs)) if greedy is not None

@@ -37,11 +37,21 @@ ranking by demand first left 14.7-14.9 % of the GPUs unallocated, behind FGD alo
 ranked by the trade 13.9 % (bench/controller_replay.md). A fragmentation weight of 0 gives the
 old order (demand first, fragmentation only between equals).
 
-How many FGD passes: as many as the cost model (:func:`search_cost`) fits in
-:data:`SEARCH_SHARE` of the time limit, between 1 and :data:`MAX_PASSES`. The count depends on
-the window, the cluster and the time limit only, never on measured time, so a solve stays
-reproducible for a fixed seed. On the FGD-protocol replay of the default openb pod list the
-gain over one FGD pass grows with the passes, most of it by 12-16 (bench/trace_replay.md).
+How much search: as many FGD passes as the cost model (:func:`search_cost`) fits in
+:data:`SEARCH_SHARE` of the time limit, between 1 and :data:`MAX_PASSES`; what the share leaves
+after :data:`MAX_PASSES` passes goes to moves, at :data:`MOVE_COST` of a pass each, at most
+:data:`MAX_MOVES` (:func:`budget_for`), and they stop after :data:`PATIENCE` in a row found
+nothing better. The counts depend on the window, the cluster and the
+time limit only, never on measured time, so a solve stays reproducible for a fixed seed.
+
+Why moves, and why only after the passes: on the FGD-protocol replay the allocation keeps
+growing with the search well past :data:`MAX_PASSES` (`gpushare60`, seed 42, 1 s a window,
+search and CP-SAT: unallocated % 8.36 with 10 passes, 8.27 with 16, 8.19 with 32, 8.14 with
+64), and from 16 passes on, moves find better end states than more random orders for the same
+time (16 passes and 32 moves: 8.06, in about the time of 32 passes). Within the first 16 they
+do not: six passes and eight moves in place of ten passes gained on some lists and lost on
+others (bench/controller_replay.md, "Moves"). At the replay's 1 s a window the share holds
+about ten passes, so moves start at longer limits (the controller's default is 5 s).
 """
 
 from __future__ import annotations
@@ -72,6 +82,14 @@ MAX_PASSES = 16
 #: (bench/solve_scale.md). 0.2 gives 10 FGD passes to a 128-pod openb window at 1 s, as the
 #: old model did (bench/controller_replay.md), and 2 to a 64-pod window at 0.25 s.
 SEARCH_SHARE = 0.2
+#: What a move costs, in passes: it re-places half a window on average and, when it is not
+#: kept, puts the old placements back (cheaper than placing them: no choice to make).
+MOVE_COST = 0.5
+#: Most moves one search makes.
+MAX_MOVES = 48
+#: Moves stop after this many in a row found nothing better: where every order ends alike (a
+#: small cluster, a window that fits whole), the time is CP-SAT's.
+PATIENCE = 12
 
 # The cost model: seconds on a quiet machine, fitted on the openb cluster (1,213 nodes, windows
 # of 16 to 256 pods) and on the generated clusters of bench/solve_scale.py (500 to 10,000
@@ -139,13 +157,29 @@ def passes_for(snapshot: Snapshot, time_limit: float) -> int:
     return cap if one_pass <= 0 else min(cap, int(left / one_pass))  # no pods: a pass is free
 
 
+def budget_for(snapshot: Snapshot, time_limit: float) -> tuple[int, int]:
+    """(FGD passes, moves) that fit in the search's share of ``time_limit`` by
+    :func:`search_cost`: :func:`passes_for`'s passes, then, once they are :data:`MAX_PASSES`,
+    as many moves as the rest of the share holds at :data:`MOVE_COST` of a pass each, at most
+    :data:`MAX_MOVES`. No moves for a window of one gang (nothing to re-order)."""
+    passes = passes_for(snapshot, time_limit)
+    if passes < MAX_PASSES or len(snapshot.gangs) <= 1:
+        return passes, 0
+    base, first, one_pass = _cost_terms(snapshot)
+    left = SEARCH_SHARE * time_limit - base - first - passes * one_pass
+    if one_pass <= 0:  # no pods
+        return passes, 0
+    return passes, max(0, min(MAX_MOVES, int(left / (MOVE_COST * one_pass))))
+
+
 def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,
-           passes: int) -> Plan:
-    """The best of one best-fit pass and ``passes`` FGD passes (see the module docstring).
+           passes: int, moves: int = 0) -> Plan:
+    """The best of one best-fit pass and ``passes`` FGD passes, improved by ``moves``
+    re-orderings (see the module docstring).
 
     ``arrays``: the snapshot's free capacity; it is left as it was."""
-    if passes < 0:
-        raise ValueError(f"passes must be at least 0, got {passes}")
+    if passes < 0 or moves < 0:
+        raise ValueError(f"passes and moves must be at least 0, got {passes} and {moves}")
     start = time.perf_counter()
     work = arrays.copy()
     queue = queue_order(snapshot)
@@ -185,8 +219,26 @@ def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,
         work.rollback()
     k = best_pass(scores, weights.fragmentation)
     admitted, deferred = plans[k]
+    score, kept, made = scores[k], 0, 0
+    if moves and len(queue) > 1:
+        policy, order = runs[k]
+        reorder = _Reorder(snapshot, work, policy, order, seed=seed,
+                           steer=steer if policy == SolverName.FGD else None)
+        moved, kept, made = reorder.improve(rng, moves, floor=scores[0].value,
+                                            frag_weight=weights.fragmentation)
+        placed = reorder.plan()
+        # the pass placed again is the pass that was ranked, so the moves only improve on it;
+        # kept as a guard all the same
+        if moved.value >= scores[0].value and (rank_key(moved, weights.fragmentation)
+                                               <= rank_key(score, weights.fragmentation)):
+            (admitted, deferred), score = placed, moved
+        else:
+            kept = 0
     stats = SolveStats(solver="search", status="GREEDY", wall_seconds=time.perf_counter() - start,
-                       detail={"search_passes": float(len(runs)), "search_best_pass": float(k)})
+                       detail={"search_passes": float(len(runs)), "search_best_pass": float(k),
+                               "search_moves": float(made),
+                               "search_moves_kept": float(kept),
+                               "search_value": score.value, "search_frag": score.frag})
     return Plan(admitted=tuple(admitted), deferred=tuple(deferred), stats=stats)
 
 
@@ -223,3 +275,108 @@ def _shuffled(queue: list[Gang], rng: np.random.Generator) -> list[Gang]:
     """``queue`` with gangs of equal priority shuffled among themselves (higher first)."""
     perm = rng.permutation(len(queue))
     return [queue[int(i)] for i in sorted(perm, key=lambda i: -queue[int(i)].priority)]
+
+
+class _Reorder:
+    """The moves (the module docstring): the best pass's order placed once more into ``work``,
+    then suffixes of it placed again in new orders. Every placement goes through the
+    checkpoint journal of ``work``, and a suffix is taken back newest first, so the state
+    after the gangs before a cut is exactly what it was when they were placed."""
+
+    def __init__(self, snapshot: Snapshot, work: ClusterArrays, policy: str,
+                 order: list[Gang], *, seed: int, steer: ModelSteer | None) -> None:
+        self.work, self.policy, self.seed, self.steer = work, policy, seed, steer
+        self.weights = snapshot.policy.weights
+        self.boost = boosts(snapshot)
+        self.order = list(order)
+        self.results: list[GangPlacement | str] = []
+        self.marks: list[int] = []  # the journal's length before each gang was placed
+        self.journal = work.checkpoint()
+        self._place_from(0, self.order)
+
+    def _placer(self, upto: int) -> GangPlacer:
+        """A placer whose quota usage counts the gangs admitted before position ``upto``."""
+        used: dict[str, int] = {}
+        admitting: set[str] = set()
+        for gang, result in zip(self.order[:upto], self.results[:upto], strict=True):
+            if not isinstance(result, str):
+                used[gang.tenant] = used.get(gang.tenant, 0) + gang.gpu_demand_milli
+                admitting.add(gang.tenant)
+        base = self.work.quota_used()
+        used = {t: base.get(t, 0) + used.get(t, 0) for t in set(base) | set(used)}
+        # the same seed as every pass: the same tie order
+        return GangPlacer(self.work, self.policy, np.random.default_rng(self.seed),
+                          used=used, admitting=admitting, steer=self.steer)
+
+    def _place_from(self, cut: int, gangs: list[Gang]) -> None:
+        placer = self._placer(cut)
+        del self.results[cut:], self.marks[cut:]
+        self.order[cut:] = gangs
+        for gang in gangs:
+            self.marks.append(len(self.journal))
+            self.results.append(placer.place(gang))
+
+    def _take_back(self, cut: int) -> None:
+        """Undo every placement from position ``cut`` on, newest first."""
+        start = self.marks[cut]
+        for saved in reversed(self.journal[start:]):
+            self.work.undo(saved)
+        del self.journal[start:]
+
+    def _put_back(self, cut: int, order: list[Gang],
+                  results: list[GangPlacement | str]) -> None:
+        """Apply ``results`` (placements made before) again from position ``cut`` on."""
+        w = self.work
+        self.order[cut:], self.results[cut:] = order, results
+        del self.marks[cut:]
+        for gang, result in zip(order, results, strict=True):
+            self.marks.append(len(self.journal))
+            if isinstance(result, str):
+                continue
+            pods = {p.name: p for p in gang.pods}
+            for pp in result.pods:
+                row = w.row_of[pp.node]
+                w.apply(row, pods[pp.pod], [w.slot_of(row, g.index) for g in pp.gpus])
+
+    def score(self) -> PassScore:
+        value = aged = 0.0
+        pods = 0
+        for gang, result in zip(self.order, self.results, strict=True):
+            if isinstance(result, str):
+                continue
+            value += gang.gpu_demand_milli * (1 + max(0, gang.priority))
+            aged += weighted_demand(gang, self.weights, self.boost.get(gang.tenant, 0.0))
+            pods += len(gang.pods)
+        return PassScore(value, aged, pods, float(self.work.frag_stats()[3].sum()))
+
+    def improve(self, rng: np.random.Generator, moves: int, *, floor: float,
+                frag_weight: float) -> tuple[PassScore, int, int]:
+        """Make up to ``moves`` moves, stopping after :data:`PATIENCE` in a row that found
+        nothing better; returns the final score, the moves kept and the moves made."""
+        best, kept, idle = self.score(), 0, 0
+        n = len(self.order)
+        made = 0
+        while made < moves and idle < PATIENCE:
+            made += 1
+            cut = int(rng.integers(0, n - 1))  # at least two gangs after the cut
+            old_order, old_results = self.order[cut:], self.results[cut:]
+            self._take_back(cut)
+            self._place_from(cut, _shuffled(old_order, rng))
+            score = self.score()
+            if score.value >= floor and rank_key(score, frag_weight) < rank_key(best,
+                                                                                  frag_weight):
+                best, kept, idle = score, kept + 1, 0
+                continue
+            idle += 1
+            self._take_back(cut)
+            self._put_back(cut, old_order, old_results)
+        return best, kept, made
+
+    def plan(self) -> tuple[list[GangPlacement], list[Deferred]]:
+        """The placements and deferrals of the order kept; ``work`` is rolled back."""
+        admitted = [r for r in self.results if not isinstance(r, str)]
+        deferred = [Deferred(gang=g.name, reason=r)
+                    for g, r in zip(self.order, self.results, strict=True)
+                    if isinstance(r, str)]
+        self.work.rollback()
+        return admitted, deferred

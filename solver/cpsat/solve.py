@@ -4,8 +4,9 @@
    pass places into a copy of it, the candidate filter and the model read it, and the reasons
    apply the final plan to it last (the checker keeps its own, independent derivation);
 1. the order search's plan (:mod:`solver.cpsat.search`: one best-fit pass and seeded FGD
-   passes, the best end state kept): the hint, the fallback and the floor (never worth less
-   than the best-fit plan, which is one of its passes);
+   passes, the best end state kept, on long limits improved by re-ordering): the hint, the
+   fallback and the floor (never worth less than the best-fit plan, which is one of its
+   passes);
 2. the batch model solved within what is left of the time limit;
 3. the caller's :data:`Judge` (the checker, which :mod:`solver.api` passes: the solvers do not
    import the checker that judges them) judges CP-SAT's plan; the greedy plan stands instead
@@ -54,7 +55,7 @@ from solver.cpsat.candidates import DOMAIN_NODE_CAP, DOMAINS_PER_GANG
 from solver.cpsat.instance import PER_POD_NODES
 from solver.cpsat.model import CpsatResult, solve_window
 from solver.cpsat.reasons import CONTENTION_REASON, arrays_after, deferrals
-from solver.cpsat.search import pass_cost, passes_for, search
+from solver.cpsat.search import budget_for, pass_cost, search
 from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
 from solver.queue import tenant_turns
@@ -250,7 +251,8 @@ def solve_cpsat(snapshot: Snapshot, *, time_limit: float, seed: int, workers: in
     whole_hint = hint if tail else None  # a given hint covers the whole window: its floor
     if hint is None:
         # the order search sees what the model sees: the head
-        hint = search(head, arrays, seed=seed, passes=passes_for(head, nominal))
+        passes, moves = budget_for(head, nominal)
+        hint = search(head, arrays, seed=seed, passes=passes, moves=moves)
     elif tail:
         names = {g.name for g in head.gangs}
         hint = Plan(tuple(a for a in hint.admitted if a.gang in names), (), hint.stats)
