@@ -41,8 +41,8 @@ How much search: as many FGD passes as the cost model (:func:`search_cost`) fits
 :data:`SEARCH_SHARE` of the time limit, between 1 and :data:`MAX_PASSES`; what the share leaves
 after :data:`MAX_PASSES` passes goes to moves, at :data:`MOVE_COST` of a pass each, at most
 :data:`MAX_MOVES` (:func:`budget_for`), and they stop after :data:`PATIENCE` in a row found
-nothing better. The counts depend on the window, the cluster and the
-time limit only, never on measured time, so a solve stays reproducible for a fixed seed.
+nothing better. The counts depend on the window, the cluster and the time limit only, never on
+measured time, so a solve stays reproducible for a fixed seed.
 
 Why moves, and why only after the passes: on the FGD-protocol replay the allocation keeps
 growing with the search well past :data:`MAX_PASSES` (`gpushare60`, seed 42, 1 s a window,
