@@ -363,7 +363,9 @@ def report() -> None:
                      f"{per} |")
     lines += ["", "## Pod lists without a published figure (holdout)", "",
               "The other pod lists of the folder, of the same kinds as the twelve above; they "
-              "played no part in building or tuning the engine. Allocation ratio % at "
+              "played no part in building or tuning the engine (but cpu300, chased before and "
+              "one of six lists that decided where the moves go; the notes below). Allocation "
+              "ratio % at "
               "100 % arrival, medians over the same seeds, FGD and CP-SAT run side by side "
               f"(CP-SAT at {limit_of('holdout_cpsat_cpu0')} s a window).",
               "", "| pod list | Berth FGD | Berth CP-SAT | CP-SAT - FGD | CP-SAT s/seed |",
