@@ -339,6 +339,8 @@ class _Reorder:
                 w.apply(row, pods[pp.pod], [w.slot_of(row, g.index) for g in pp.gpus])
 
     def score(self) -> PassScore:
+        """The order kept so far, scored as a pass is (:class:`PassScore`), on ``work`` as it
+        stands."""
         value = aged = 0.0
         pods = 0
         for gang, result in zip(self.order, self.results, strict=True):

@@ -68,15 +68,21 @@ def test_search_plan_is_feasible_and_at_least_best_fit(s: Snapshot) -> None:
     assert (again.admitted, again.deferred) == (plan.admitted, plan.deferred)
 
 
-def test_passes_follow_the_time_limit_not_the_clock() -> None:
+def _wide_window() -> Snapshot:
+    """64 one-GPU gangs on 1,000 empty 8-GPU nodes: the cost model's pace case."""
     from solver.types import GPU, Gang, Node, PodRequest
 
     nodes = tuple(Node(name=f"n{i}", cpu_milli=8000, memory_mib=8192,
                        gpus=tuple(GPU(index=j, model="A100") for j in range(8)))
                   for i in range(1000))
     pods = [PodRequest(name=f"p{i}", gpu_count=1, gpu_milli=1000) for i in range(64)]
-    gangs = tuple(Gang(name=f"g{i}", tenant="t", pods=(p,)) for i, p in enumerate(pods))
-    s = Snapshot(nodes=nodes, gangs=gangs)
+    return Snapshot(nodes=nodes, gangs=tuple(Gang(name=f"g{i}", tenant="t", pods=(p,))
+                                             for i, p in enumerate(pods)))
+
+
+def test_passes_follow_the_time_limit_not_the_clock() -> None:
+    s = _wide_window()
+    nodes, gangs = s.nodes, s.gangs
     assert passes_for(s, 0.001) == 0
     assert passes_for(s, 0.25) < passes_for(s, 1.0) <= 16
     assert passes_for(Snapshot(nodes=nodes, gangs=gangs[:1]), 10.0) == 1
@@ -173,14 +179,8 @@ def test_the_score_of_the_moves_is_the_score_of_their_plan(s: Snapshot) -> None:
 
 
 def test_moves_take_what_the_share_leaves_after_the_most_passes() -> None:
-    from solver.types import GPU, Gang, Node, PodRequest
-
-    nodes = tuple(Node(name=f"n{i}", cpu_milli=8000, memory_mib=8192,
-                       gpus=tuple(GPU(index=j, model="A100") for j in range(8)))
-                  for i in range(1000))
-    pods = [PodRequest(name=f"p{i}", gpu_count=1, gpu_milli=1000) for i in range(64)]
-    gangs = tuple(Gang(name=f"g{i}", tenant="t", pods=(p,)) for i, p in enumerate(pods))
-    s = Snapshot(nodes=nodes, gangs=gangs)
+    s = _wide_window()
+    nodes, gangs = s.nodes, s.gangs
     # fewer passes than the most: all of the share goes to passes, as before moves
     assert budget_for(s, 0.25) == (passes_for(s, 0.25), 0)
     assert passes_for(s, 0.25) < MAX_PASSES
