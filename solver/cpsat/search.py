@@ -52,8 +52,8 @@ time (16 passes and 32 moves: 8.06, in about the time of 32 passes). Within the 
 do not: six passes and eight moves in place of ten passes gained on some lists and lost on
 others (bench/controller_replay.md, "Moves"). For the replay's 128-pod openb windows the share
 holds about ten passes at 1 s, so moves start at longer limits there (the controller's default
-is 5 s); smaller windows and clusters reach 16 passes sooner (a 64-pod openb window gets about
-a dozen moves at 1 s, the embedded default's 8-node cluster its 48 at once).
+is 5 s); smaller windows and clusters reach 16 passes sooner (a 64-pod openb window gets 16
+passes and 15 moves at 1 s, the embedded default's 8-node cluster its 48 at once).
 """
 
 from __future__ import annotations
