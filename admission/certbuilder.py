@@ -116,9 +116,9 @@ def issue(ca: Authority, subject: x509.Name, *, usage: ObjectIdentifier, valid: 
     it serves (:func:`subject_alt_names`)."""
     key = new_key()
     builder = _base(subject, ca.cert.subject, key.public_key(), valid)
-    sans = subject_alt_names(hosts)
-    if len(sans):
-        builder = builder.add_extension(sans, critical=False)
+    hosts = tuple(hosts)
+    if hosts:  # no SAN extension at all for a client (cryptography 51 refuses an empty one)
+        builder = builder.add_extension(subject_alt_names(hosts), critical=False)
     cert = (
         builder
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
