@@ -21,8 +21,9 @@ import numpy.typing as npt
 from solver.eligibility import node_allows
 from solver.fragmentation import FragTable, typical_pods
 from solver.interference import profile_for, resolve_profiles
+from solver.plan import GangPlacement
 from solver.rules import gpu_memory_demand, quota_usage_milli, sharing_problem
-from solver.types import MILLI, PodRequest, Snapshot, TypicalPod
+from solver.types import MILLI, Gang, PodRequest, Snapshot, TypicalPod
 
 if TYPE_CHECKING:
     from solver.baselines.fgdcache import FgdCache
@@ -369,6 +370,13 @@ class ClusterArrays:
         if self._journal is not None:
             self._journal.append(saved)
         return saved
+
+    def apply_gang(self, gang: Gang, placement: GangPlacement) -> None:
+        """Take the resources of ``placement`` (``gang``'s pods on their nodes and GPUs)."""
+        pods = {p.name: p for p in gang.pods}
+        for pp in placement.pods:
+            row = self.row_of[pp.node]
+            self.apply(row, pods[pp.pod], [self.slot_of(row, g.index) for g in pp.gpus])
 
     def checkpoint(self) -> list[Saved]:
         """A journal to hand to :meth:`rollback`: every ``apply`` from now on is recorded."""

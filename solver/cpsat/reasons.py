@@ -33,11 +33,7 @@ def arrays_after(snapshot: Snapshot, plan: Plan,
     a = arrays if arrays is not None else ClusterArrays(snapshot)
     gangs = {g.name: g for g in snapshot.gangs}
     for gp in plan.admitted:
-        pods = {p.name: p for p in gangs[gp.gang].pods}
-        for pp in gp.pods:
-            row = a.row_of[pp.node]
-            slot = {g.index: s for s, g in enumerate(snapshot.nodes[row].gpus)}
-            a.apply(row, pods[pp.pod], [slot[x.index] for x in pp.gpus])
+        a.apply_gang(gangs[gp.gang], gp)
     return a
 
 

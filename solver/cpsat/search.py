@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -73,7 +73,7 @@ from solver.fairshare import boosts
 from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
 from solver.queue import queue_order
-from solver.types import Gang, Snapshot, TopologyMode
+from solver.types import Gang, Snapshot, TopologyMode, Weights
 
 #: Most FGD passes one search makes.
 MAX_PASSES = 16
@@ -203,21 +203,9 @@ def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,
         # pass the same tie order
         placer = GangPlacer(work, policy, np.random.default_rng(seed),
                             steer=steer if policy == SolverName.FGD else None)
-        admitted: list[GangPlacement] = []
-        deferred: list[Deferred] = []
-        value = aged = 0.0
-        pods = 0
-        for gang in order:
-            result = placer.place(gang)
-            if isinstance(result, str):
-                deferred.append(Deferred(gang=gang.name, reason=result))
-                continue
-            admitted.append(result)
-            value += gang.gpu_demand_milli * (1 + max(0, gang.priority))
-            aged += weighted_demand(gang, weights, boost.get(gang.tenant, 0.0))
-            pods += len(gang.pods)
-        scores.append(PassScore(value, aged, pods, float(work.frag_stats()[3].sum())))
-        plans.append((admitted, deferred))
+        results = [(gang, placer.place(gang)) for gang in order]
+        scores.append(_scored(results, work, weights, boost))
+        plans.append(_split(results))
         work.rollback()
     k = best_pass(scores, weights.fragmentation)
     admitted, deferred = plans[k]
@@ -271,6 +259,30 @@ def best_pass(scores: Sequence[PassScore], frag_weight: float) -> int:
     floor = scores[0].value
     eligible = [k for k, sc in enumerate(scores) if sc.value >= floor]
     return min(eligible, key=lambda k: (rank_key(scores[k], frag_weight), k))
+
+
+Placed = list[tuple[Gang, GangPlacement | str]]
+"""Gangs in the order a pass placed them, each with its placement or why it was deferred."""
+
+
+def _scored(placed: Placed, work: ClusterArrays, weights: Weights,
+            boost: Mapping[str, float]) -> PassScore:
+    """The :class:`PassScore` of ``placed``, with ``work`` as the placements left it."""
+    value = aged = 0.0
+    pods = 0
+    for gang, result in placed:
+        if isinstance(result, str):
+            continue
+        value += gang.gpu_demand_milli * (1 + max(0, gang.priority))
+        aged += weighted_demand(gang, weights, boost.get(gang.tenant, 0.0))
+        pods += len(gang.pods)
+    return PassScore(value, aged, pods, float(work.frag_stats()[3].sum()))
+
+
+def _split(placed: Placed) -> tuple[list[GangPlacement], list[Deferred]]:
+    """``placed`` as the plan's admitted placements and deferrals, in order."""
+    return ([r for _, r in placed if not isinstance(r, str)],
+            [Deferred(gang=g.name, reason=r) for g, r in placed if isinstance(r, str)])
 
 
 def _shuffled(queue: list[Gang], rng: np.random.Generator) -> list[Gang]:
@@ -328,30 +340,17 @@ class _Reorder:
     def _put_back(self, cut: int, order: list[Gang],
                   results: list[GangPlacement | str]) -> None:
         """Apply ``results`` (placements made before) again from position ``cut`` on."""
-        w = self.work
         self.order[cut:], self.results[cut:] = order, results
         del self.marks[cut:]
         for gang, result in zip(order, results, strict=True):
             self.marks.append(len(self.journal))
-            if isinstance(result, str):
-                continue
-            pods = {p.name: p for p in gang.pods}
-            for pp in result.pods:
-                row = w.row_of[pp.node]
-                w.apply(row, pods[pp.pod], [w.slot_of(row, g.index) for g in pp.gpus])
+            if not isinstance(result, str):
+                self.work.apply_gang(gang, result)
 
     def score(self) -> PassScore:
-        """The order kept so far, scored as a pass is (:class:`PassScore`), on ``work`` as it
-        stands."""
-        value = aged = 0.0
-        pods = 0
-        for gang, result in zip(self.order, self.results, strict=True):
-            if isinstance(result, str):
-                continue
-            value += gang.gpu_demand_milli * (1 + max(0, gang.priority))
-            aged += weighted_demand(gang, self.weights, self.boost.get(gang.tenant, 0.0))
-            pods += len(gang.pods)
-        return PassScore(value, aged, pods, float(self.work.frag_stats()[3].sum()))
+        """The order kept so far, scored as a pass is, on ``work`` as it stands."""
+        return _scored(list(zip(self.order, self.results, strict=True)), self.work,
+                       self.weights, self.boost)
 
     def improve(self, rng: np.random.Generator, moves: int, *, floor: float,
                 frag_weight: float) -> tuple[PassScore, int, int]:
@@ -378,9 +377,5 @@ class _Reorder:
 
     def plan(self) -> tuple[list[GangPlacement], list[Deferred]]:
         """The placements and deferrals of the order kept; ``work`` is rolled back."""
-        admitted = [r for r in self.results if not isinstance(r, str)]
-        deferred = [Deferred(gang=g.name, reason=r)
-                    for g, r in zip(self.order, self.results, strict=True)
-                    if isinstance(r, str)]
         self.work.rollback()
-        return admitted, deferred
+        return _split(list(zip(self.order, self.results, strict=True)))
