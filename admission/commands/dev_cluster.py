@@ -131,7 +131,7 @@ def _up(workdir: Path, args: argparse.Namespace) -> int:
         print(f"berth dev-cluster: {exc}")
         print(f"logs kept in {cluster.log_dir}")
         return 1
-    api = config.new_client_from_config(str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
+    api = config.new_client_from_config(str(cluster.kubeconfig))
     nodes = gpu_fleet(blocks=args.blocks, racks_per_block=args.racks, nodes_per_rack=args.nodes,
                       gpus_per_node=args.gpus, nvlink_domains_per_node=args.nvlink_domains,
                       gpu_product=args.gpu_product,

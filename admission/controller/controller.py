@@ -79,8 +79,7 @@ class Controller:
         self.metrics.write_limit.set_function(lambda: self.pace.limit)
         self.metrics.released_unbound.set_function(self.inventory.released_unbound)
         for kind in ("nodes", "pods", "jobs"):
-            self.metrics.inventory.labels(kind).set_function(
-                lambda kind=kind: self.inventory.counts()[kind])
+            self.metrics.inventory.labels(kind).set_function(partial(self._count, kind))
         writes = PacedApi(api, self.pace)
         self.releaser = Releaser(api=writes, backend=self.backend, record=self._record,
                                  clock=clock, queues=settings.queues,
@@ -126,6 +125,10 @@ class Controller:
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ inventory feed
+    def _count(self, kind: str) -> int:
+        """How many objects of ``kind`` the inventory holds (a gauge's reading)."""
+        return int(self.inventory.counts()[kind])
+
     def _record(self, obj: tr.Obj) -> None:
         self.inventory.apply_pod("MODIFIED", obj)
 

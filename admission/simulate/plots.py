@@ -8,7 +8,7 @@ backend so they render on machines without a display; the caller saves them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from solver.simulate.timed import TimedResult
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot() -> Any:  # matplotlib.pyplot: typed loosely, imported on first use
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,7 +31,7 @@ def timed_figure(results: Sequence[TimedResult], *, title: str = "") -> Figure:
     bottom what each window planned over time: gangs holding a reservation, gangs backfilled
     and gangs reclaimed."""
     plt = _pyplot()
-    fig = plt.figure(figsize=(13, 12.5))
+    fig: Figure = plt.figure(figsize=(13, 12.5))
     grid = fig.add_gridspec(3, 2, height_ratios=(1, 1, 0.7))
     _utilisation(fig.add_subplot(grid[0, 0]), results)
     _waits(fig.add_subplot(grid[0, 1]), results)

@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from admission.dra import TEMPLATE, ClaimRef
@@ -44,9 +44,9 @@ def api_client(kubeconfig: str | None = None) -> Any:
 
     cfg = client.Configuration()
     if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        config.load_incluster_config(client_configuration=cfg)
     return client.ApiClient(cfg)
 
 
@@ -65,8 +65,10 @@ class ClaimReader:
         from kubernetes.client.exceptions import ApiException
 
         api = client.ResourceV1Api(self.api_client)
-        read = (api.read_namespaced_resource_claim_template if kind == TEMPLATE
-                else api.read_namespaced_resource_claim)
+        # with _preload_content=False either answers the raw HTTP response, not the model
+        # its stub names
+        read: Callable[..., Any] = (api.read_namespaced_resource_claim_template
+                                    if kind == TEMPLATE else api.read_namespaced_resource_claim)
         try:
             resp = read(name, namespace, _preload_content=False, _request_timeout=self.timeout)
         except ApiException as exc:
