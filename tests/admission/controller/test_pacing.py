@@ -10,7 +10,7 @@ import time
 import pytest
 
 from admission import constants as c
-from admission.controller.api import ApiError
+from admission.controller.api import ApiError, ClusterApi
 from admission.controller.pacing import (
     BUCKET_S,
     BURST_FLOOR,
@@ -201,6 +201,41 @@ def test_paced_api_holds_pod_writes_and_events_and_times_the_lease() -> None:
     assert api.get_pod("team-a", "p")["metadata"]["labels"] == {"a": "b"}  # type: ignore[index]
     assert paced.get_pod("team-a", "p") is not None  # everything else passes through
     assert pace.base is not None and pace.in_flight == 0
+
+
+class _Recorder:
+    """Any call answers ``(name, args, kwargs)``: what reached the API behind the pace."""
+
+    def __getattr__(self, name: str) -> object:
+        return lambda *args, **kwargs: (name, args, kwargs)
+
+
+#: Every ClusterApi call PacedApi passes straight through, with distinct arguments, so that
+#: one forwarded in the wrong order (several are all strings) shows.
+_THROUGH = {
+    "list_pods": (), "watch_pods": ("rv-1", 7), "get_pod": ("ns", "pod"),
+    "list_nodes": (), "watch_nodes": ("rv-2", 8), "list_jobs": (), "watch_jobs": ("rv-3", 9),
+    "list_dra": ("resourceclaims",), "watch_dra": ("deviceclasses", "rv-4", 10),
+    "get_lease": ("ns", "lease"), "create_lease": ("ns", {"l": 1}),
+    "get_config_map": ("ns", "cm"), "create_config_map": ("ns", {"c": 1}),
+    "replace_config_map": ("ns", "cm", {"c": 2}),
+    "apply_custom": ("g", "v1", "things", "ns", {"b": 1}),
+    "list_custom": ("g", "v1", "things", "ns"),
+}
+
+
+def test_paced_api_passes_every_other_call_through_unchanged_and_unpaced() -> None:
+    clock = Clock()
+    pace = WritePace(2, clock=clock)
+    paced = PacedApi(_Recorder(), pace)  # type: ignore[arg-type]
+    protocol = {n for n in vars(ClusterApi) if not n.startswith("_")}
+    paced_writes = {"patch_pod", "set_pod_condition", "evict_pod", "create_event",
+                    "replace_lease"}
+    assert protocol == set(_THROUGH) | paced_writes  # a new ClusterApi call needs a row here
+    for name, args in _THROUGH.items():
+        assert name in vars(PacedApi), f"{name} is not spelled out on PacedApi"
+        assert getattr(paced, name)(*args) == (name, args, {})
+    assert pace.base is None and pace.in_flight == 0  # none of them went through the pace
 
 
 def test_below_one_a_pause_follows_each_write_and_one_good_answer_lifts_it() -> None:
