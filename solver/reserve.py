@@ -33,17 +33,19 @@ on every gang (the best case for backfill) it changes the medians by a few secon
 Re-planned every window from the snapshot alone: no state is kept, so a reservation moves when
 the cluster does (a pod that ends early, a more urgent gang). The plan says which gangs hold
 reservations (:attr:`solver.plan.Plan.reservations`) and the reserved gang's deferral names its
-expected start. Pure: no I/O, nothing beyond the snapshot.
+expected start; a gang that would fit now but for what is held says so (:data:`HELD`), rather
+than that no node has room while GPUs stand free. Pure: no I/O, nothing beyond the snapshot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from solver.baselines import ClusterArrays, GangPlacer, place
+from solver.baselines.fgdcache import shape_of
 from solver.checker import check
 from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, Reservation, SolveStats
@@ -53,6 +55,12 @@ from solver.types import Gang, GpuShare, Running, Snapshot
 
 #: The name prefix of the stand-in running pods that hold reserved capacity in a solve.
 HOLD_PREFIX = "reservation/"
+#: The start of the reason of a gang that would fit now but for capacity held for a
+#: reservation (the controller's condition reason ``HeldForReservation``).
+HELD = "held: "
+#: The solver's reasons (solver/cpsat/reasons.py) that say a gang waits for room, which held
+#: capacity may be the cause of.
+ROOM_REASONS = ("capacity:", "topology domain too small:")
 #: How much of the window's time limit the backfill solve gets, when there is one.
 BACKFILL_SHARE = 0.25
 #: How many gangs are tried, per reservation allowed, before looking no further.
@@ -192,6 +200,64 @@ def _as_running(gang: Gang, placement: GangPlacement, remaining: float | None
                  for pp in placement.pods)
 
 
+def _as_placed(snapshot: Snapshot, placements: Sequence[GangPlacement]) -> tuple[Running, ...]:
+    """The pods of ``placements`` as running pods: what they take from a later placement."""
+    gangs = {g.name: g for g in snapshot.gangs}
+    return tuple(
+        Running(name=pp.pod, node=pp.node, cpu_milli=pod.cpu_milli,
+                memory_mib=pod.memory_mib, gpus=pp.gpus, tenant=gangs[gp.gang].tenant,
+                qos_class=pod.qos_class)
+        for gp in placements for pp in gp.pods
+        for pod in gangs[gp.gang].pods if pod.name == pp.pod)
+
+
+def held_back(snapshot: Snapshot, admitted: Sequence[GangPlacement],
+              deferred: Sequence[Deferred], held: Sequence[Held]) -> dict[str, str]:
+    """The reasons of the ``deferred`` gangs (at most :data:`MAX_AHEAD`, in order) that wait
+    for room although they would fit now beside the ``admitted`` gangs but for the capacity
+    ``held`` for reservations, by gang: without it their reason would say that no node has room
+    while GPUs stand free. A gang that may backfill (its own bound ends before the reserved
+    start) is not one of them: something else keeps it out. Names the nodes and the reserved
+    start, never the reserved gang (it may be another tenant's)."""
+    holding = [h.reservation for h in held if h.pods]
+    gangs = {g.name: g for g in snapshot.gangs}
+    waiting = [gangs[d.gang] for d in deferred
+               if d.gang in gangs and d.reason.startswith(ROOM_REASONS)][:MAX_AHEAD]
+    if not holding or not waiting:
+        return {}
+    state = ClusterArrays(replace(snapshot, running=(*snapshot.running,
+                                                     *_as_placed(snapshot, admitted))))
+    free_milli = int(np.maximum(state.gfree, 0).sum())
+    tried: dict[Hashable, frozenset[str] | None] = {}  # gangs alike fit alike
+    out = {}
+    for gang in waiting:
+        if gang.gpu_demand_milli > free_milli:
+            continue
+        key = (gang.tenant, gang.topology, tuple(shape_of(p) for p in gang.pods))
+        if key not in tried:
+            state.checkpoint()
+            got = GangPlacer(state, SolverName.BESTFIT, np.random.default_rng(0)).place(gang)
+            state.rollback()
+            tried[key] = None if isinstance(got, str) else frozenset(pp.node for pp in got.pods)
+        nodes = tried[key]
+        if nodes is None:
+            continue
+        over = [r for r in holding if nodes & set(r.nodes)]
+        if not over:
+            continue
+        start = min(r.start_in_s for r in over)
+        if gang.runtime_s is not None and gang.runtime_s <= start:
+            continue
+        where = ", ".join(sorted(nodes & {n for r in over for n in r.nodes}))
+        bound = ("it declares none" if gang.runtime_s is None else
+                 f"its deadline, {gang.runtime_s:.0f} s, ends later")
+        out[gang.name] = (f"{HELD}it fits now only in capacity held on {where} for a reserved "
+                          f"gang expected to start in {start:.0f} s; only a gang whose own "
+                          f"deadline ends before then may use it ({bound})")
+    return out
+
+
+
 def judged_backfill(snapshot: Snapshot, first: list[GangPlacement],
                     backfill: tuple[GangPlacement, ...], stats: SolveStats
                     ) -> list[GangPlacement]:
@@ -227,13 +293,7 @@ def solve_with_reservations(snapshot: Snapshot, time_limit: float, solve: SolveF
     done = first.admitted_names
     later = [g for g in backfill if g.name not in done]
     if later:
-        gangs = {g.name: g for g in snapshot.gangs}
-        placed = tuple(
-            Running(name=pp.pod, node=pp.node, cpu_milli=pod.cpu_milli,
-                    memory_mib=pod.memory_mib, gpus=pp.gpus, tenant=gangs[gp.gang].tenant,
-                    qos_class=pod.qos_class)
-            for gp in first.admitted for pp in gp.pods
-            for pod in gangs[gp.gang].pods if pod.name == pp.pod)
+        placed = _as_placed(snapshot, first.admitted)
         second = solve(replace(snapshot, gangs=tuple(later),
                                running=(*snapshot.running, *placed)),
                        time_limit * BACKFILL_SHARE)
@@ -241,10 +301,14 @@ def solve_with_reservations(snapshot: Snapshot, time_limit: float, solve: SolveF
         wall += second.stats.wall_seconds
         done = frozenset(g.gang for g in admitted)
     reserved = {h.reservation.gang: h.reservation for h in held}
+    waiting = [d for d in first.deferred if d.gang not in done and d.gang not in reserved]
+    by_hold = held_back(snapshot, admitted, waiting, held)
     deferred = []
     for d in first.deferred:
         if d.gang in done:
             continue
+        if d.gang in by_hold:
+            d = Deferred(d.gang, by_hold[d.gang])
         r = reserved.get(d.gang)
         if r is not None:
             lead = snapshot.policy.reservations.hold_ahead_s

@@ -25,6 +25,7 @@ from admission.controller.translate import Obj
 from admission.controller.writers import Writers
 from solver.plan import Plan
 from solver.queue import queue_order, quota_reason
+from solver.reserve import HELD
 from solver.rules import quota_usage_milli
 from solver.types import Snapshot
 
@@ -114,6 +115,8 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
                 out[g.key] = Why("Reserved", f"waiting: {reserved}{ends}{tail}")
             elif reserved.startswith(RECLAIM):
                 out[g.key] = Why("Reclaim", f"waiting: {reserved}{tail}")
+            elif reserved.startswith(HELD) and quota is None:
+                out[g.key] = Why("HeldForReservation", f"waiting: {reserved}{tail}")
             elif quota is not None:
                 out[g.key] = Why("Quota", f"waiting: {quota}{tail}")
             else:

@@ -156,6 +156,20 @@ REASONS: Final[tuple[Reason, ...]] = (
         "pod template may set it) may backfill the held capacity.",
     ),
     Reason(
+        "HeldForReservation", True, "Normal", "explain.py",
+        "The gang would fit now beside what this window placed, but only in capacity held for "
+        "another gang's reservation (`Reserved`), which starts there soon; a gang may use held "
+        "capacity only when its own enforced bound (its pods' `activeDeadlineSeconds`, or "
+        "Kueue's maximum execution time) ends before the reserved start. The message names "
+        "the nodes and the start, never the reserved gang (it may be another tenant's).",
+        "waiting: held: it fits now only in capacity held on gpu-node-3 for a reserved gang "
+        "expected to start in 420 s; only a gang whose own deadline ends before then may use "
+        "it (it declares none); 2 gangs ahead",
+        "Nothing; it is placed when room is free that is not held, or after the reserved gang "
+        "starts. A Job whose pods run shorter than the wait may set `activeDeadlineSeconds` "
+        "on its pod template to backfill held capacity.",
+    ),
+    Reason(
         "Reclaim", True, "Normal", "explain.py",
         "Reclaim (`solver.reclaim`, docs/reclaim.md). The gang's tenant borrows, and a tenant "
         "waiting within its own quota takes that quota back before the gang starts; or the "

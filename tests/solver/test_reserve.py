@@ -86,6 +86,32 @@ def test_only_gangs_known_to_end_before_the_reserved_start_backfill() -> None:
     assert "reserved" in deferred["big"] and "long" in deferred and "unknown" in deferred
 
 
+def test_a_gang_kept_out_only_by_held_capacity_is_told_so() -> None:
+    # n0's 4 free GPUs are held for big (start in 600 s); n1 is full with a pod of unknown end
+    snap = Snapshot(
+        nodes=(node("n0"), node("n1")), tenants=(Tenant("t"), Tenant("other")),
+        running=(running("r0", "n0", range(4), 600.0), running("r1", "n1", range(8), None)),
+        gangs=(gang("big", 8, wait=1000.0, tenant="other"), gang("none", 1, wait=10.0),
+               gang("long", 2, wait=10.0, runtime=900.0),
+               gang("short", 2, wait=10.0, runtime=300.0),
+               gang("too-big", 6, wait=10.0), gang("two", 4, wait=10.0, pods=2)))
+    admitted, deferred = decide(snap)
+    assert admitted == {"short"}  # backfilled: it ends before the reserved start
+    assert deferred["big"].startswith("reserved: expected to start in 600 s on n0")
+    assert deferred["none"] == (
+        "held: it fits now only in capacity held on n0 for a reserved gang expected to start "
+        "in 600 s; only a gang whose own deadline ends before then may use it (it declares "
+        "none)")
+    assert deferred["long"].startswith("held: ") and deferred["long"].endswith(
+        "(its deadline, 900 s, ends later)")
+    for name in ("none", "long"):  # never who holds it: the reserved gang is another tenant's
+        assert "big" not in deferred[name] and "other" not in deferred[name]
+    # 6 GPUs do not fit even in what is held, 2 x 4 not beside short: something else keeps
+    # them out, and their reasons say so
+    assert deferred["too-big"].startswith("capacity: no node has room for pod too-big-0")
+    assert deferred["two"].startswith("capacity:") and not deferred["two"].startswith("held")
+
+
 def test_the_reserved_start_is_the_earliest_end_that_makes_room() -> None:
     base = Snapshot(nodes=(node("n0"),), tenants=(Tenant("t"),), running=(
         running("r0", "n0", range(0, 2), 100.0), running("r1", "n0", range(2, 6), 600.0),

@@ -96,3 +96,23 @@ def test_without_deadlines_or_with_reservations_off_the_hole_is_filled() -> None
         assert gates(api, "team-a/small") == []
         cond = condition(api, "team-a/big")
         assert cond is not None and cond["reason"] != "Reserved"
+
+
+def test_pods_kept_out_only_by_held_capacity_say_so_and_not_for_whom() -> None:
+    api, clock = cluster(waiting("big", 8, age=1000, ns="team-b"), waiting("small", 1, age=10),
+                         waiting("long", 2, age=10, deadline=3000))
+    ctl = controller(api, clock)
+    clock.advance(10)
+    ctl.run_cycle()
+    for key in ("team-a/small", "team-a/long"):
+        assert gates(api, key) == ["berth.dev/admission"]
+        cond = condition(api, key)
+        assert cond is not None and cond["reason"] == "HeldForReservation", cond
+        message = cond["message"]
+        assert message.startswith("waiting: held: it fits now only in capacity held on n0 for "
+                                  "a reserved gang expected to start in 59"), message
+        assert "big" not in message and "team-b" not in message  # another tenant's gang
+    assert condition(api, "team-a/long")["message"].endswith(  # type: ignore[index]
+        "(its deadline, 3000 s, ends later); 0 gangs ahead")
+    cond = condition(api, "team-b/big")
+    assert cond is not None and cond["reason"] == "Reserved", cond
