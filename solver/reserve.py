@@ -249,8 +249,8 @@ def held_back(snapshot: Snapshot, admitted: Sequence[GangPlacement],
         if gang.runtime_s is not None and gang.runtime_s <= start:
             continue
         where = ", ".join(sorted(nodes & {n for r in over for n in r.nodes}))
-        bound = ("it declares none" if gang.runtime_s is None else
-                 f"its deadline, {gang.runtime_s:.0f} s, ends later")
+        bound = ("this one has no deadline of its own" if gang.runtime_s is None else
+                 f"its own deadline, {gang.runtime_s:.0f} s, ends later")
         out[gang.name] = (f"{HELD}it fits now only in capacity held on {where} for a reserved "
                           f"gang expected to start in {start:.0f} s; only a gang whose own "
                           f"deadline ends before then may use it ({bound})")

@@ -164,7 +164,7 @@ REASONS: Final[tuple[Reason, ...]] = (
         "the nodes and the start, never the reserved gang (it may be another tenant's).",
         "waiting: held: it fits now only in capacity held on gpu-node-3 for a reserved gang "
         "expected to start in 420 s; only a gang whose own deadline ends before then may use "
-        "it (it declares none); 2 gangs ahead",
+        "it (this one has no deadline of its own); 2 gangs ahead",
         "Nothing; it is placed when room is free that is not held, or after the reserved gang "
         "starts. A Job whose pods run shorter than the wait may set `activeDeadlineSeconds` "
         "on its pod template to backfill held capacity.",

@@ -96,6 +96,15 @@ def test_a_gang_that_cannot_fit_is_reserved_and_only_a_short_pod_backfills(
         time.sleep(6)  # four more windows
         assert berth_gated(core.read_namespaced_pod("no-deadline", ns))
         assert berth_gated(core.read_namespaced_pod("big", ns))
+        # the pod kept out only by what is held says so, not that no node has room
+        waiting = eventually(lambda: core.read_namespaced_pod("no-deadline", ns),
+                             lambda p: _waiting(p) is not None
+                             and _waiting(p).reason == "HeldForReservation",
+                             timeout=30, what="no-deadline to be told its room is held")
+        message = _waiting(waiting).message
+        assert message.startswith(f"waiting: held: it fits now only in capacity held on "
+                                  f"{a100_node} for a reserved gang expected to start in "), message
+        assert "(this one has no deadline of its own)" in message and "big" not in message
 
 
 def _job(name: str, gpus: int, deadline: int) -> dict[str, Any]:
@@ -161,3 +170,9 @@ def test_a_jobs_deadline_shows_on_its_released_pod_and_never_lets_it_backfill(
         time.sleep(6)  # four more windows
         assert berth_gated(core.read_namespaced_pod(short_job.metadata.name, ns))
         assert berth_gated(core.read_namespaced_pod("big", ns))
+        # its Job's deadline is no deadline of its own: held capacity is not its to use
+        held = eventually(lambda: core.read_namespaced_pod(short_job.metadata.name, ns),
+                          lambda p: _waiting(p) is not None
+                          and _waiting(p).reason == "HeldForReservation",
+                          timeout=30, what="the short Job's pod to be told its room is held")
+        assert "(this one has no deadline of its own)" in _waiting(held).message

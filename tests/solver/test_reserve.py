@@ -100,10 +100,10 @@ def test_a_gang_kept_out_only_by_held_capacity_is_told_so() -> None:
     assert deferred["big"].startswith("reserved: expected to start in 600 s on n0")
     assert deferred["none"] == (
         "held: it fits now only in capacity held on n0 for a reserved gang expected to start "
-        "in 600 s; only a gang whose own deadline ends before then may use it (it declares "
-        "none)")
+        "in 600 s; only a gang whose own deadline ends before then may use it (this one has "
+        "no deadline of its own)")
     assert deferred["long"].startswith("held: ") and deferred["long"].endswith(
-        "(its deadline, 900 s, ends later)")
+        "(its own deadline, 900 s, ends later)")
     for name in ("none", "long"):  # never who holds it: the reserved gang is another tenant's
         assert "big" not in deferred[name] and "other" not in deferred[name]
     # 6 GPUs do not fit even in what is held, 2 x 4 not beside short: something else keeps

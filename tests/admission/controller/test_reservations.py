@@ -113,6 +113,6 @@ def test_pods_kept_out_only_by_held_capacity_say_so_and_not_for_whom() -> None:
                                   "a reserved gang expected to start in 59"), message
         assert "big" not in message and "team-b" not in message  # another tenant's gang
     assert condition(api, "team-a/long")["message"].endswith(  # type: ignore[index]
-        "(its deadline, 3000 s, ends later); 0 gangs ahead")
+        "(its own deadline, 3000 s, ends later); 0 gangs ahead")
     cond = condition(api, "team-b/big")
     assert cond is not None and cond["reason"] == "Reserved", cond
