@@ -257,7 +257,6 @@ def held_back(snapshot: Snapshot, admitted: Sequence[GangPlacement],
     return out
 
 
-
 def judged_backfill(snapshot: Snapshot, first: list[GangPlacement],
                     backfill: tuple[GangPlacement, ...], stats: SolveStats
                     ) -> list[GangPlacement]:
