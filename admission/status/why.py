@@ -343,6 +343,12 @@ def _gated(pic: Picture, pod: Obj, out: Explanation) -> None:
         if reason == "PlanRejected":
             out.needs.append("the controller's last plan failed its feasibility check; it "
                              "plans again next window")
+        elif reason == "HeldForReservation":
+            out.needs.append("the room it fits in is held for another gang's reservation, "
+                             "which starts there soon (the controller's message says where "
+                             "and when): it starts when room that is not held frees, or once "
+                             "that gang has started; a pod whose own activeDeadlineSeconds "
+                             "ends before the reserved start may use held room")
         elif fit is not None:
             window = pic.settings.window_seconds
             out.needs.append("nothing visible keeps it out now: it fits on its own and its "
