@@ -47,6 +47,7 @@ import numpy as np
 from solver.baselines import ClusterArrays, GangPlacer, place
 from solver.baselines.fgdcache import shape_of
 from solver.checker import check
+from solver.cpsat.reasons import ROOM_REASONS
 from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, Reservation, SolveStats
 from solver.queue import queue_order
@@ -58,9 +59,6 @@ HOLD_PREFIX = "reservation/"
 #: The start of the reason of a gang that would fit now but for capacity held for a
 #: reservation (the controller's condition reason ``HeldForReservation``).
 HELD = "held: "
-#: The solver's reasons (solver/cpsat/reasons.py) that say a gang waits for room, which held
-#: capacity may be the cause of.
-ROOM_REASONS = ("capacity:", "topology domain too small:")
 #: How much of the window's time limit the backfill solve gets, when there is one.
 BACKFILL_SHARE = 0.25
 #: How many gangs are tried, per reservation allowed, before looking no further.

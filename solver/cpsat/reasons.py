@@ -21,8 +21,14 @@ from solver.queue import quota_reason
 from solver.rules import quota_usage_milli, topology_domain
 from solver.types import MILLI, Gang, PodRequest, Snapshot, TopologyMode
 
+#: The starts of the reasons that say a gang waits for room (capacity now, or a topology
+#: domain large enough): what a reservation's held capacity may be the cause of
+#: (solver/reserve.py).
+CAPACITY = "capacity: "
+TOPOLOGY_TOO_SMALL = "topology domain too small: "
+ROOM_REASONS = (CAPACITY, TOPOLOGY_TOO_SMALL)
 #: Why a gang waits when nothing but this window's other gangs keeps it out.
-CONTENTION_REASON = ("capacity: each pod fits somewhere, but not the whole gang at once beside "
+CONTENTION_REASON = (f"{CAPACITY}each pod fits somewhere, but not the whole gang at once beside "
                      "the gangs admitted this window")
 
 
@@ -102,12 +108,12 @@ class Explainer:
             return quota
         for pod in gang.pods:
             if not self.fits_somewhere(pod):
-                return f"capacity: no node has room for pod {pod.name} ({_describe(pod)}) now"
+                return f"{CAPACITY}no node has room for pod {pod.name} ({_describe(pod)}) now"
         req = gang.topology
         if req is not None and req.mode is TopologyMode.REQUIRED:
             biggest = self.largest_domain(req.level)
             if biggest < gang.gpu_demand_milli:
-                return (f"topology domain too small: no {req.level} domain has "
+                return (f"{TOPOLOGY_TOO_SMALL}no {req.level} domain has "
                         f"{gang.gpu_demand_milli} milli-GPU free (largest: {biggest})")
         return CONTENTION_REASON
 
