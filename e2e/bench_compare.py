@@ -53,7 +53,9 @@ pools (not built). All times (arrivals, run times) are divided by ``--compress``
 
 Metrics per system, from watch events (e2e time, seconds after the first arrival): a gang's
 wait is from its Job's create call to the moment all its pods were Running; p50/p90/p99
-overall and by gang size; GPU allocation over time and its mean over the arrival period;
+overall and by gang size, and a p99 that counts each gang never started as waiting until the
+run ended; per gang, how long each scheduling gate held it (Kueue's admission, Berth's
+release); GPU allocation over time and its mean over the arrival period;
 each tenant's GPU time against its weighted max-min fair share while backlogged
 (:func:`solver.simulate.metrics.span_figures`, the timed simulator's definitions); gangs ever
 partly bound for more than ``--partial-s`` seconds (some pods bound, others not: a deadlock
@@ -700,6 +702,9 @@ class PodSeen:
     ended: float | None = None
     succeeded: bool = False
     deleted: bool = False
+    # each scheduling gate the pod was seen with, and when it was first seen without it
+    gates: set[str] = field(default_factory=set)
+    ungated: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -744,6 +749,10 @@ class Watcher:
         phase = status.get("phase")
         with self.lock:
             seen = self.pods.setdefault(key, PodSeen(gang=f"{ns}/{gang}"))
+            gates = {g.get("name", "") for g in pod["spec"].get("schedulingGates") or []}
+            seen.gates |= gates
+            for gone in seen.gates - gates - seen.ungated.keys():
+                seen.ungated[gone] = now
             if pod["spec"].get("nodeName") and seen.bound is None:
                 seen.bound = now
             if phase == "Running" and seen.running is None:
@@ -781,11 +790,17 @@ class GangResult:
         return self.start_s is not None or self.ran_apart
 
 
-def gang_results(workload: Workload, namespaces: Mapping[str, str], created: Mapping[str, float],
-                 seen: Mapping[str, PodSeen], end: float) -> list[GangResult]:
+def pods_by_gang(seen: Mapping[str, PodSeen]) -> dict[str, list[PodSeen]]:
+    """The pods seen, by ``namespace/gang``."""
     by_gang: dict[str, list[PodSeen]] = {}
     for p in seen.values():
         by_gang.setdefault(p.gang, []).append(p)
+    return by_gang
+
+
+def gang_results(workload: Workload, namespaces: Mapping[str, str], created: Mapping[str, float],
+                 seen: Mapping[str, PodSeen], end: float) -> list[GangResult]:
+    by_gang = pods_by_gang(seen)
     out = []
     for g in workload.gangs:
         key = f"{namespaces[g.tenant]}/{g.name}"
@@ -814,6 +829,38 @@ def gang_results(workload: Workload, namespaces: Mapping[str, str], created: Map
     return out
 
 
+def p99_to_end(results: Sequence[GangResult], end: float) -> float | None:
+    """The p99 wait with each gang that never started counted as waiting until the run ended
+    (``end``, a lower bound of its wait): over started gangs alone, a system that leaves its
+    hardest gangs unstarted would show a shorter p99 for it."""
+    waits = [(r.start_s if r.start_s is not None else end) - r.arrival_s for r in results]
+    return percentiles(waits)["p99"] if waits else None
+
+
+def gate_waits(workload: Workload, namespaces: Mapping[str, str], created: Mapping[str, float],
+               seen: Mapping[str, PodSeen]) -> dict[str, dict[str, float]]:
+    """For each gang, each scheduling gate its pods carried: seconds from its arrival until as
+    many of its pods as it has were seen without that gate (Kueue's admission, Berth's
+    release...), so a wait can be split between the gates that held it. A gang with pods still
+    gated has no entry for that gate."""
+    by_gang = pods_by_gang(seen)
+    out: dict[str, dict[str, float]] = {}
+    for g in workload.gangs:
+        key = f"{namespaces[g.tenant]}/{g.name}"
+        arrival = created.get(key)
+        if arrival is None:
+            continue
+        pods = by_gang.get(key, [])
+        gates: dict[str, float] = {}
+        for gate in sorted({x for p in pods for x in p.gates}):
+            times = sorted(p.ungated[gate] for p in pods if gate in p.ungated)
+            if len(times) >= g.pods:
+                gates[gate] = round(times[g.pods - 1] - arrival, 3)
+        if gates:
+            out[g.name] = gates
+    return out
+
+
 def disruptions(seen: Mapping[str, PodSeen]) -> dict[str, int]:
     """Pods that ran and ended without succeeding (reclaimed, preempted, evicted, their Job
     suspended: kwok ends a pod only by completing it or, once it is deleted, by failing it),
@@ -832,9 +879,7 @@ def spans_of(workload: Workload, namespaces: Mapping[str, str], created: Mapping
     """Per pod of every gang: waiting from its gang's create call, holding from Running to
     its end; pods never seen wait until the cut-off."""
     spans: list[PodSpan] = []
-    by_gang: dict[str, list[PodSeen]] = {}
-    for p in seen.values():
-        by_gang.setdefault(p.gang, []).append(p)
+    by_gang = pods_by_gang(seen)
     for g in workload.gangs:
         key = f"{namespaces[g.tenant]}/{g.name}"
         arrival = created.get(key)
@@ -947,10 +992,13 @@ def _replay(workload: Workload, system: System, core: client.CoreV1Api,
         "ran_apart": sum(1 for r in results if r.ran_apart),
         "wait_s": percentiles(waits) if waits else {},
         "wait_mean_s": statistics.fmean(waits) if waits else None,
+        "wait_p99_to_end_s": p99_to_end(results, end),
         "wait_by_size_p99_s": {k: percentiles(v)["p99"] for k, v in sorted(by_size.items())},
         # each started gang's wait (its name without the namespace), for the simulator's
         "gang_waits_s": {r.key.split("/", 1)[1]: round(r.start_s - r.arrival_s, 3)
                          for r in results if r.start_s is not None},
+        # and how long each gate held it (Kueue's admission, Berth's release)
+        "gang_gates_s": gate_waits(workload, namespaces, created, seen),
         "gpu_allocated": figures.mean_utilisation,
         "tenants": {t: {"fair_ratio": figures.fair_ratio(t),
                         "gpu_hours": figures.held_milli_s[t] / MILLI / 3600}
@@ -1156,17 +1204,19 @@ def _f(x: object, fmt: str = ".0f") -> str:
 
 
 def table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    head = ("| system | started | wait p50 s | p90 s | p99 s | mean s | GPU allocated % "
+    head = ("| system | started | wait p50 s | p90 s | p99 s | p99 s, unstarted to the end "
+            "| mean s | GPU allocated % "
             "| worst tenant / fair share | Jain | partly bound / ran apart | pods lost "
             "| system CPU s "
             "| kube-scheduler CPU s |")
-    out = [head, "|" + "---|" * 13]
+    out = [head, "|" + "---|" * 14]
     for r in rows:
         w = r.get("wait_s") or {}
         out.append(
             f"| {r['system']} | {r['started']}/{r['started'] + r['never_started']} "
             f"| {_f(w.get('p50'))} | {_f(w.get('p90'))} | {_f(w.get('p99'))} "
-            f"| {_f(r.get('wait_mean_s'))} | {_f(100 * r['gpu_allocated'], '.1f')} "
+            f"| {_f(r.get('wait_p99_to_end_s'))} | {_f(r.get('wait_mean_s'))} "
+            f"| {_f(100 * r['gpu_allocated'], '.1f')} "
             f"| {_f(r['worst_fair_ratio'], '.2f')} | {_f(r['jain'], '.3f')} "
             f"| {_f(r.get('partly_bound'))} / {_f(r.get('ran_apart'))} "
             f"| {_f(r.get('pods_lost'))} "
@@ -1177,6 +1227,7 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
 #: The columns of :func:`medians_table`: (heading, how a row gives it, format).
 MEDIAN_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], float | None], str], ...] = (
     ("p99 wait s", lambda r: (r.get("wait_s") or {}).get("p99"), ".0f"),
+    ("p99 wait s, unstarted to the end", lambda r: r.get("wait_p99_to_end_s"), ".0f"),
     ("mean wait s", lambda r: r.get("wait_mean_s"), ".0f"),
     ("GPU allocated %", lambda r: 100 * r["gpu_allocated"], ".1f"),
     ("worst tenant / fair share", lambda r: r["worst_fair_ratio"], ".2f"),
@@ -1238,8 +1289,9 @@ def medians_table(runs: Sequence[Sequence[dict[str, Any]]], workload: str) -> li
         cells = []
         for _, get, fmt in MEDIAN_COLUMNS:
             vals = [v for v in (get(r) for r in rows) if v is not None]
+            some = "" if len(vals) == len(rows) else f" [{len(vals)} of {len(rows)} runs]"
             cells.append("-" if not vals else f"{_f(statistics.median(vals), fmt)} "
-                         f"({_f(min(vals), fmt)}-{_f(max(vals), fmt)})")
+                         f"({_f(min(vals), fmt)}-{_f(max(vals), fmt)}){some}")
         out.append(f"| {system} | {len(rows)} | " + " | ".join(cells)
                    + f" | {sum(r['never_started'] for r in rows)} "
                    f"| {sum(r.get('pods_lost') or 0 for r in rows)} |")

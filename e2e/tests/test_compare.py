@@ -3,7 +3,8 @@ the embedded default workload, compressed 40x, through kube-scheduler alone, the
 the real Volcano, Berth, and Berth in front of Kueue, each on a fresh control plane whose kwok
 ends every pod after its run time. Only correctness is asserted, per system: every gang
 started or waits with a reason the cluster gives, no gang Berth released was ever partly
-bound, no pod was lost, every create went through. Speed and quality are the
+bound, no pod was lost, every create went through; Berth held every gang behind its gate and,
+in front of Kueue, released none before Kueue had admitted it. Speed and quality are the
 benchmark's (e2e/bench_compare.md), not this test's.
 """
 
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from admission import constants as c
+from admission.backends.kueue import KUEUE_GATE_PREFIX
 from e2e import bench_compare
 
 pytestmark = [
@@ -40,5 +43,14 @@ def test_every_system_runs_the_small_replay_whole_and_loses_nothing(tmp_path: Pa
             assert r["partly_bound"] == 0, (name, r["partly_bound_max_s"])
         # a replay that started nothing would pass the checks above vacuously
         assert r["started"] >= 8, (name, r["waiting_reasons"])
+        if name in bench_compare.BERTH_SYSTEMS:
+            gates = r["gang_gates_s"]
+            # every gang that started went through Berth's gate (the watch saw it gated)
+            assert all(c.SCHEDULING_GATE in gates.get(g, {}) for g in r["gang_waits_s"]), name
+    # in front of Kueue, Berth releases a gang only once Kueue has admitted it
+    kueue_gate = f"{KUEUE_GATE_PREFIX}admission"
+    for gang, gates in rows["berth-kueue"]["gang_gates_s"].items():
+        if c.SCHEDULING_GATE in gates:
+            assert gates.get(kueue_gate, float("inf")) <= gates[c.SCHEDULING_GATE], (gang, gates)
     assert "simulated berth" in rows
     assert code == 0

@@ -237,23 +237,28 @@ def test_a_gated_pods_workload_says_its_conditions() -> None:
 
 def test_medians_over_runs_take_each_systems_rows_of_the_workload() -> None:
     def row(system: str, p99: float, alloc: float, worst: float, never: int = 0,
-            workload: str = "default") -> dict[str, object]:
-        return {"system": system, "workload": workload, "wait_s": {"p99": p99},
-                "wait_mean_s": p99 / 10, "gpu_allocated": alloc, "worst_fair_ratio": worst,
-                "never_started": never, "pods_lost": 0}
+            workload: str = "default", to_end: float | None = None) -> dict[str, object]:
+        out = {"system": system, "workload": workload, "wait_s": {"p99": p99},
+               "wait_mean_s": p99 / 10, "gpu_allocated": alloc, "worst_fair_ratio": worst,
+               "never_started": never, "pods_lost": 0}
+        if to_end is not None:  # rows saved before it was kept have none
+            out["wait_p99_to_end_s"] = to_end
+        return out
 
-    runs = [[row("berth", 150, 0.83, 0.94), row("volcano", 210, 0.63, 0.53, never=1),
+    runs = [[row("berth", 150, 0.83, 0.94, to_end=150),
+             row("volcano", 210, 0.63, 0.53, never=1, to_end=300),
              row("berth", 10, 0.99, 0.99, workload="openb")],
-            [row("berth", 170, 0.84, 0.92), row("volcano", 183, 0.72, 0.73),
+            [row("berth", 170, 0.84, 0.92, to_end=170), row("volcano", 183, 0.72, 0.73),
              {"system": "simulated berth", "workload": "default"}],
             [row("berth", 160, 0.80, 0.96)]]
     lines = bc.medians_table(runs, "default")
     berth = next(line for line in lines if line.startswith("| berth |"))
     volcano = next(line for line in lines if line.startswith("| volcano |"))
-    assert berth == ("| berth | 3 | 160 (150-170) | 16 (15-17) | 83.0 (80.0-84.0) "
-                     "| 0.94 (0.92-0.96) | 0 | 0 |")
+    assert berth == ("| berth | 3 | 160 (150-170) | 160 (150-170) [2 of 3 runs] | 16 (15-17) "
+                     "| 83.0 (80.0-84.0) | 0.94 (0.92-0.96) | 0 | 0 |")
     # two runs: the median is their mean; never-started gangs add up over the runs
-    assert volcano.startswith("| volcano | 2 | 196 (183-210) |") and volcano.endswith("| 1 | 0 |")
+    assert volcano.startswith("| volcano | 2 | 196 (183-210) | 300 (300-300) [1 of 2 runs] |")
+    assert volcano.endswith("| 1 | 0 |")
     assert len(lines) == 4  # heading, rule, two systems; the simulated row is not a run
     assert bc.medians_table(runs, "nowhere") == []
 
@@ -318,3 +323,46 @@ def test_simulate_only_predicts_without_a_cluster_against_a_saved_run(
     assert row["system"] == "simulated berth" and row["started"] == 8
     assert "Simulator against the real run (Berth): p50 wait" in out
     assert "against 1 s real" in out
+
+
+def test_the_watcher_times_each_gate_and_a_gang_waits_on_its_last_pod() -> None:
+    """Kueue's admission and Berth's release are told apart: each gate is timed from the
+    watch events, and a gang is through a gate once as many pods as it has are."""
+    w = bc.Watcher(core=None, t0=0.0)  # type: ignore[arg-type]
+
+    def pod(name: str, *gates: str) -> dict[str, object]:
+        return {"metadata": {"name": name, "labels": {bc.GANG_LABEL: "g"}},
+                "spec": {"schedulingGates": [{"name": x} for x in gates]}, "status": {}}
+
+    kueue, berth = "kueue.x-k8s.io/admission", c.SCHEDULING_GATE
+    w._see("ns", pod("p0", kueue, berth), 1.0, deleted=False)
+    w._see("ns", pod("p1", kueue, berth), 1.0, deleted=False)
+    w._see("ns", pod("p0", berth), 4.0, deleted=False)
+    w._see("ns", pod("p1", berth), 6.0, deleted=False)
+    w._see("ns", pod("p0"), 9.0, deleted=False)
+    w._see("ns", pod("p0"), 12.0, deleted=False)  # seen again: its time stays
+    assert w.pods["ns/p0"].ungated == {kueue: 4.0, berth: 9.0}
+    assert w.pods["ns/p1"].ungated == {kueue: 6.0}
+    wl = bc.Workload("w", generate(seed=0).nodes, {"team-a": 1.0}, (_gang(name="g"),),
+                     note="", compress=1)
+    waits = bc.gate_waits(wl, {"team-a": "ns"}, {"ns/g": 1.0}, w.pods)
+    # through Kueue when its second pod was (6 s, 5 s after arrival); Berth's gate still holds p1
+    assert waits == {"g": {kueue: 5.0}}
+    w._see("ns", pod("p1"), 11.0, deleted=False)
+    assert bc.gate_waits(wl, {"team-a": "ns"}, {"ns/g": 1.0}, w.pods) == {
+        "g": {kueue: 5.0, berth: 10.0}}
+
+
+def test_a_gang_that_never_started_counts_as_waiting_until_the_end() -> None:
+    """Over started gangs alone, leaving the longest-waiting gang unstarted would shorten the
+    p99; counted until the run's end it lengthens it."""
+    def result(arrival: float, start: float | None) -> bc.GangResult:
+        return bc.GangResult("ns/g", "team-a", 1, 1, arrival, start, 0.0)
+
+    started = [result(0.0, float(i)) for i in range(98)]
+    assert bc.p99_to_end(started, end=500.0) == pytest.approx(bc.percentiles(
+        [float(i) for i in range(98)])["p99"]) and bc.p99_to_end(started, end=500.0) < 97
+    # two gangs arrived at 100 s never started: 400 s each at least, the two longest waits
+    with_unstarted = [*started, result(100.0, None), result(100.0, None)]
+    assert bc.p99_to_end(with_unstarted, end=500.0) == pytest.approx(400.0)
+    assert bc.p99_to_end([], end=1.0) is None
