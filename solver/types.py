@@ -528,6 +528,29 @@ class TargetWorkload:
 
 
 @dataclass(frozen=True, slots=True)
+class LearnedRuntimes:
+    """Run times learned from finished pods (solver/history.py): where a running pod has no
+    bound and declares no estimate, its expected end is the median run time of the last
+    ``samples`` pods of its kind that finished (its tenant, its owner's kind, its GPU count),
+    once ``min_samples`` have; kept by the controller and the timed replay. An estimate: it
+    plans when capacity frees, never lets a gang backfill. Off unless ``enabled``."""
+
+    enabled: bool = False
+    min_samples: int = 3
+    samples: int = 20
+
+    def __post_init__(self) -> None:
+        _within(self.min_samples, 1, MAX_LEARNED_SAMPLES, "policy.learned_runtimes.min_samples")
+        _within(self.samples, 1, MAX_LEARNED_SAMPLES, "policy.learned_runtimes.samples")
+        _require(self.min_samples <= self.samples, "policy.learned_runtimes.min_samples",
+                 f"must be <= samples ({self.samples}), got {self.min_samples}")
+
+
+#: The most finished pods remembered per kind of pod (and the most needed before an estimate).
+MAX_LEARNED_SAMPLES = 1000
+
+
+@dataclass(frozen=True, slots=True)
 class SolverPolicy:
     """The knobs of the policy YAML that the solver reads."""
 
@@ -542,6 +565,7 @@ class SolverPolicy:
     reclaim: Reclaim = field(default_factory=Reclaim)
     fair_sharing: FairSharing = field(default_factory=FairSharing)
     target_workload: TargetWorkload = field(default_factory=TargetWorkload)
+    learned_runtimes: LearnedRuntimes = field(default_factory=LearnedRuntimes)
 
     def __post_init__(self) -> None:
         for kind, watts in (("idle_watts", self.idle_watts), ("active_watts", self.active_watts)):

@@ -52,6 +52,7 @@ import numpy as np
 
 from solver.checker import check
 from solver.fairshare import gang_models, gpu_pools, pooled_max_min
+from solver.history import Kind, RunHistory
 from solver.interference import (
     may_share,
     predicted_latency_ms,
@@ -635,6 +636,16 @@ def _running_pods(placement_pods: dict[str, tuple[str, tuple[GpuShare, ...]]], g
     return out
 
 
+#: The owner kind of every replayed pod: a scenario names no owners, so a tenant's pods are
+#: told apart by their GPU count alone (as plain pods are by the controller).
+REPLAY_OWNER = "Pod"
+
+
+def pod_kind(tenant: str, gpus: int) -> Kind:
+    """The kind a replayed pod's run time is learned under (solver/history.py)."""
+    return Kind(tenant=tenant, owner=REPLAY_OWNER, gpus=gpus)
+
+
 def default_solve(config: TimedConfig) -> SolveFn:
     """:func:`solver.api.solve` with ``config``'s policy, time limit and seed."""
     from solver.api import solve
@@ -717,6 +728,10 @@ class _Replay:
     fallbacks: int = 0
     deadline_end: dict[str, float] = field(default_factory=dict)  # running pod -> deadline
     estimate_end: dict[str, float] = field(default_factory=dict)  # running pod -> estimated end
+    # run times learned from departed gangs (policy learned_runtimes), and each running pod's
+    # kind and start, to read its learned estimate by
+    history: RunHistory = field(default_factory=RunHistory)
+    learned_kind: dict[str, tuple[Kind, float]] = field(default_factory=dict)
     reserved_at: dict[str, float] = field(default_factory=dict)  # gang -> first reserved start
     reserved_late: int = 0
     reserved_late_s: float = 0.0
@@ -741,6 +756,7 @@ class _Replay:
             queues={t.name: deque() for t in scenario.tenants},
             # so that an arrival at 0 is solved in the window ending at 0
             last_boundary=-config.window_s,
+            history=RunHistory(truth.learned_runtimes),
         )
 
     def next_event(self) -> float | None:
@@ -834,6 +850,9 @@ class _Replay:
                     continue  # the end of a run that reclaim cut short
                 self.cluster.stop(ran)
                 self.departed.add(name)
+                for pod in ran.timed.gang.pods:  # every pod of a gang runs its whole run
+                    self.history.record(pod_kind(ran.timed.gang.tenant, pod.gpu_count),
+                                        ran.end_s - ran.start_s)
                 self.forget_ends(self.placed[name])
             else:
                 a = arrivals[self.next_arrival]
@@ -861,7 +880,7 @@ class _Replay:
                                     priority=of_pod[r.name].timed.gang.priority,
                                     run_s=max(0.0, now - of_pod[r.name].start_s))
                             if r.name in of_pod else r for r in running)
-        if factor is not None or self.estimate_end:
+        if factor is not None or self.estimate_end or self.learned_kind:
             running = tuple(replace(r, remaining_s=self.remaining(r.name, now))
                             for r in running)
         return Snapshot(
@@ -887,20 +906,27 @@ class _Replay:
 
     def remaining(self, pod: str, now: float) -> float | None:
         """A running pod's expected end from ``now``, as the controller reads it: its
-        deadline (0 once past: it is being ended), else its estimate (None once overrun:
-        unknown, never 0, which would read as leaving), else unknown."""
+        deadline (0 once past: it is being ended), else its declared estimate, else the run
+        time learned for its kind (each None once overrun: unknown, never 0, which would read
+        as leaving), else unknown."""
         deadline = self.deadline_end.get(pod)
         if deadline is not None:
             return max(0.0, deadline - now)
         estimate = self.estimate_end.get(pod)
-        if estimate is not None and estimate > now:
-            return estimate - now
+        if estimate is not None:
+            return estimate - now if estimate > now else None
+        learned = self.learned_kind.get(pod)
+        if learned is not None:
+            runs = self.history.estimate(learned[0])
+            if runs is not None and learned[1] + runs > now:
+                return learned[1] + runs - now
         return None
 
     def forget_ends(self, placed: _Placed) -> None:
         for pod in placed.pods:
             self.deadline_end.pop(pod.name, None)
             self.estimate_end.pop(pod.name, None)
+            self.learned_kind.pop(pod.name, None)
 
     def record(self, snapshot: Snapshot, *, now: float) -> Snapshot:
         """The controller's records (:class:`solver.records.Records`) applied to ``snapshot``,
@@ -962,6 +988,10 @@ class _Replay:
             if estimate is not None:
                 for pod in p.pods:
                     self.estimate_end[pod.name] = now + estimate
+            if self.history.settings.enabled:
+                for req in timed.gang.pods:
+                    self.learned_kind[req.name] = (
+                        pod_kind(timed.gang.tenant, req.gpu_count), now)
             reserved = self.reserved_at.get(gp.gang)
             if reserved is not None and now > reserved + self.config.window_s:
                 self.reserved_late += 1  # a window's rounding is not late

@@ -33,6 +33,7 @@ from solver.types import (
     MILLI,
     Gang,
     GpuShare,
+    LearnedRuntimes,
     Node,
     PodRequest,
     ProblemError,
@@ -534,3 +535,40 @@ def test_while_gangs_wait_a_departure_settles_a_batch_and_an_arrival_does_not() 
     assert by["g1"] == pytest.approx(17.2)
     assert by["g2"] == pytest.approx(42.7)
     assert r.solves == 3
+
+
+def _seen_learning(learned: LearnedRuntimes) -> list[Snapshot]:
+    """The snapshots a best-fit replay solves on one GPU, with run times learned from
+    departed pods (policy learned_runtimes): team-b's b1 runs 10 s, team-a's g1, g2 and g3
+    100 s each; g3 arrives at 150 s, while g2 runs."""
+    sc = Scenario(
+        nodes=(_node(),),
+        tenants=(Tenant("team-a"), Tenant("team-b")),
+        arrivals=(TimedGang(_gang("b1", tenant="team-b"), 0.0, 10.0),
+                  TimedGang(_gang("g1"), 0.0, 100.0), TimedGang(_gang("g2"), 1.0, 100.0),
+                  TimedGang(_gang("g3"), 150.0, 100.0)),
+        policy=SolverPolicy(learned_runtimes=learned),
+    )
+    seen: list[Snapshot] = []
+    config = TimedConfig(policy="bestfit", deadline_factor=None)
+    inner = default_solve(config)
+
+    def recording(snapshot: Snapshot) -> Plan:
+        seen.append(snapshot)
+        return inner(snapshot)
+
+    simulate_timed(sc, config, solve=recording)
+    return seen
+
+
+def test_run_times_learned_from_departed_gangs_plan_expected_ends_and_never_backfill() -> None:
+    seen = _seen_learning(LearnedRuntimes(enabled=True, min_samples=1, samples=3))
+    # team-a's first one-GPU pod to leave taught 100 s; team-b's 10 s pod taught team-a nothing
+    known = [(s, r) for s in seen for r in s.running if r.remaining_s is not None]
+    # g2 started at 110 s (after b1); at g3's arrival it has run 40 s of the 100 learned
+    assert [(r.name, r.remaining_s) for _, r in known] == [("g2-0", pytest.approx(60.0))]
+    before = [r for s in seen for r in s.running if r.name.endswith("g1")]
+    assert all(r.remaining_s is None for r in before)  # nothing of its kind had finished
+    assert all(g.runtime_s is None for s in seen for g in s.gangs)  # no backfill bound
+    off = _seen_learning(LearnedRuntimes(enabled=False, min_samples=1, samples=3))
+    assert all(r.remaining_s is None for s in off for r in s.running)
