@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 
@@ -102,7 +102,7 @@ class Controller:
                                     identity=identity, clock=clock,
                                     on_change=lambda lead: self.metrics.leader.set(int(lead)))
         self.pod_watch = WatchLoop(kind="pods", lister=api.list_pods, watcher=api.watch_pods,
-                                   replace=self.inventory.replace_pods, apply=self.on_pod_event)
+                                   replace=self.on_pod_list, apply=self.on_pod_event)
         self.node_watch = WatchLoop(kind="nodes", lister=api.list_nodes, watcher=api.watch_nodes,
                                     replace=self.inventory.replace_nodes,
                                     apply=self.inventory.apply_node)
@@ -132,7 +132,19 @@ class Controller:
     def _record(self, obj: tr.Obj) -> None:
         self.inventory.apply_pod("MODIFIED", obj)
 
+    def on_pod_list(self, pods: Sequence[Json]) -> None:
+        """A full relist of the pods: learned from where finished, then the inventory."""
+        for pod in pods:
+            self._learn(pod)
+        self.inventory.replace_pods(pods)
+
+    def _learn(self, pod: Json) -> None:
+        """A pod Berth released that finished teaches its kind's run time (runtimes.py)."""
+        if tr.is_finished(pod):
+            self.cycle.learner.observe(pod, trust.tenant_of(pod, self.settings))
+
     def on_pod_event(self, event: str, pod: Json) -> None:
+        self._learn(pod)
         changed = self.inventory.apply_pod(event, pod)
         if event == "ADDED":
             self.pace.arrivals.seen()  # a creation burst lets the writes pause (pacing.py)
@@ -153,6 +165,7 @@ class Controller:
         self.settings = settings
         self.backend = backend_named(settings.backend)
         self.cycle.settings = settings
+        self.cycle.learner.configure(settings.solver_policy.learned_runtimes)
         self.releaser.backend = self.backend
         self.releaser.queues = settings.queues
         self.records.save_seconds = settings.records_save_seconds
@@ -167,7 +180,7 @@ class Controller:
     def relist(self) -> None:
         """Rebuild the inventory from the API server alone (start-up, tests)."""
         self.inventory.replace_nodes(self.api.list_nodes()[0])
-        self.inventory.replace_pods(self.api.list_pods()[0])
+        self.on_pod_list(self.api.list_pods()[0])
         self.inventory.replace_jobs(self.api.list_jobs()[0])
         for kind in DRA_KINDS:
             self.inventory.replace_dra(kind, self.api.list_dra(kind)[0])

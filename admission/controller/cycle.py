@@ -44,6 +44,7 @@ from admission.controller.metrics import Metrics
 from admission.controller.queued import QueueCheck
 from admission.controller.reclaim import EvictionResult, Evictor
 from admission.controller.release import Releaser, ReleaseResult
+from admission.controller.runtimes import Learner
 from admission.controller.settings import Settings
 from admission.controller.snapshot import Built, GangInfo, GangState, Memo, build
 from admission.controller.unbound import not_bound
@@ -120,6 +121,9 @@ class Cycle:
         # GPUs and fair share over time, and the learned target workload. The controller saves
         # it and a new leader reads it back (records.py).
         self.records = Records()
+        # Run times learned from the pods Berth released that finished (runtimes.Learner, fed
+        # by the controller's pod watch): an estimate for the running pods that have no other.
+        self.learner = Learner(settings.solver_policy.learned_runtimes)
 
     @contextmanager
     def _phase(self, report: CycleReport, name: str) -> Iterator[None]:
@@ -142,7 +146,7 @@ class Cycle:
         # 0. Snapshot: a consistent copy, then the pending gangs (fast path: its classes only).
         with self._phase(report, "snapshot"):
             built = build(self.inventory.view(), self.settings, now, self._memo,
-                          only=self._fast_gang if fast else None)
+                          only=self._fast_gang if fast else None, learner=self.learner)
             # a batch cycle's snapshot holds every pending gang: only it is recorded
             seen = self.records.apply(built.snapshot, now.timestamp(), observe=not fast)
             if seen is not built.snapshot:

@@ -10,7 +10,10 @@ the pod (DESIGN contract 7):
   backend ``kueue`` only) deactivates a Workload past its ``kueue.x-k8s.io/max-exec-time-seconds``
   counted from its admission, and its plain-pod integration then deletes the pods.
 - An **estimate** is what the pod declares in ``berth.dev/expected-runtime`` (bounded at CREATE
-  by ``admission.maxExpectedRuntimeSeconds``); nothing ends the pod there.
+  by ``admission.maxExpectedRuntimeSeconds``); nothing ends the pod there. Where it declares
+  none and the policy turns ``solver.learnedRuntimes`` on, the median run time of the last
+  finished pods of its kind (its tenant, its owner's kind, its GPU count; :class:`Learner`,
+  solver/history.py) is an estimate too.
 
 What each may decide:
 
@@ -33,16 +36,20 @@ kubelet is ending it), but a Job or Kueue bound past and an estimate overrun rea
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from admission import constants as c
 from admission.controller import translate as tr
 from admission.controller.translate import Obj
 from admission.durations import parse_duration
-from solver.types import MAX_WAIT_SECONDS
+from solver.history import Kind, RunHistory
+from solver.types import MAX_WAIT_SECONDS, LearnedRuntimes
 
 
 class Source(StrEnum):
@@ -52,11 +59,12 @@ class Source(StrEnum):
     KUEUE = "kueue-max-exec-time"  # kueue.x-k8s.io/max-exec-time-seconds (Kueue backend)
     JOB_DEADLINE = "job-deadline"  # the owner Job's activeDeadlineSeconds (Job controller)
     DECLARED = "expected-runtime"  # berth.dev/expected-runtime: an estimate
+    LEARNED = "learned"  # the median run time of finished pods of its kind: an estimate
     UNKNOWN = "unknown"
 
     @property
     def enforced(self) -> bool:
-        return self not in (Source.DECLARED, Source.UNKNOWN)
+        return self not in (Source.DECLARED, Source.LEARNED, Source.UNKNOWN)
 
 
 #: The longest run time read (ten years); a larger one is as good as none.
@@ -155,12 +163,12 @@ def backfill_bound(pod: Obj, backend: str) -> Expected:
 
 
 def expected_end(pod: Obj, job: Obj | None, backend: str, now: datetime, *,
-                 estimate_cap: float = MAX_RUNTIME_S) -> Expected:
+                 estimate_cap: float = MAX_RUNTIME_S, learned: float | None = None) -> Expected:
     """When a running (or released) pod ends, in seconds from ``now``: the earliest bound it
-    has, else its estimate, at most ``estimate_cap`` (module docstring). Kueue's limit and
-    the estimate count from the pod's start (Kueue admitted the Workload before Berth released
-    it, so this is no earlier than Kueue ends it); a pod not started has the whole of each
-    ahead."""
+    has, else its declared estimate, at most ``estimate_cap``, else ``learned`` (the run time
+    :class:`Learner` learned for its kind; module docstring). Kueue's limit and the estimates
+    count from the pod's start (Kueue admitted the Workload before Berth released it, so this
+    is no earlier than Kueue ends it); a pod not started has the whole of each ahead."""
     elapsed = _since_start(pod, now)
     bounds: list[tuple[float, Source]] = []
     own = tr.remaining_s(pod, now)  # 0 once past: the kubelet is ending it
@@ -176,8 +184,12 @@ def expected_end(pod: Obj, job: Obj | None, backend: str, now: datetime, *,
         seconds, source = min(bounds, key=lambda b: b[0])
         return Expected(min(seconds, MAX_WAIT_SECONDS), source)
     declared = declared_s(pod, estimate_cap)
-    if declared is not None and declared > elapsed:
-        return Expected(declared - elapsed, Source.DECLARED)
+    if declared is not None:
+        # a declared estimate overrun is not replaced by a learned one: the pod said more
+        return (Expected(declared - elapsed, Source.DECLARED) if declared > elapsed
+                else UNKNOWN)
+    if learned is not None and learned > elapsed:
+        return Expected(min(learned - elapsed, MAX_WAIT_SECONDS), Source.LEARNED)
     # An estimate overrun says nothing of when the pod ends; read as 0 it would tell reclaim
     # the pod is being deleted (solver/reclaim.py). Unknown it is.
     return UNKNOWN
@@ -191,3 +203,113 @@ def release_annotations(expected: Expected, now: datetime) -> dict[str, str]:
         end = now + timedelta(seconds=min(expected.remaining_s, MAX_RUNTIME_S))
         out[c.ANNOTATION_EXPECTED_END] = tr.rfc3339(end)
     return out
+
+
+# ------------------------------------------------------------------------------------------
+# Run times learned from finished pods
+# ------------------------------------------------------------------------------------------
+
+#: Finished pods remembered as learned from, so that a pod's later events (its deletion, a
+#: relist) count it once; the oldest are forgotten first.
+LEARNED_UIDS = 100_000
+#: The owner kind a pod is learned under when its controlling owner's kind is not a plain
+#: name (a tenant writes its pods' owner references).
+OTHER_OWNER = "Other"
+_KIND_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+
+
+def _dict(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def owner_kind(pod: Obj) -> str:
+    """The kind of the pod's controlling owner ("Job", "JobSet"...), "Pod" for a pod nobody
+    controls, :data:`OTHER_OWNER` for a kind that is not a plain name of at most 63 letters
+    and digits."""
+    for ref in _list(tr.meta(pod).get("ownerReferences")):
+        if isinstance(ref, dict) and ref.get("controller"):
+            kind = ref.get("kind")
+            if isinstance(kind, str) and 0 < len(kind) <= 63 and set(kind) <= _KIND_CHARS:
+                return kind
+            return OTHER_OWNER
+    return "Pod"
+
+
+def run_seconds(pod: Obj) -> float | None:
+    """How long a finished pod ran: from its ``status.startTime`` to the last of its
+    containers' ``finishedAt`` (the kubelet writes both); None when either is missing or the
+    end is before the start."""
+    status = _dict(pod.get("status"))
+    started = tr.parse_time(status.get("startTime"))
+    ends = [tr.parse_time(_dict(_dict(_dict(cs).get("state")).get("terminated"))
+                          .get("finishedAt")) for cs in _list(status.get("containerStatuses"))]
+    known = [e for e in ends if e is not None]
+    if started is None or not known:
+        return None
+    seconds = (max(known) - started).total_seconds()
+    return seconds if seconds >= 0 else None
+
+
+class Learner:
+    """The run times of the pods Berth released that finished, by kind (solver/history.py),
+    fed by the pod watch and read by each cycle's snapshot: thread-safe. ``observe`` learns
+    from a pod once (by uid); ``estimate`` answers only while the policy turns learning on."""
+
+    def __init__(self, settings: LearnedRuntimes | None = None) -> None:
+        self._lock = threading.Lock()
+        self._history = RunHistory(settings)
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def configure(self, settings: LearnedRuntimes) -> None:
+        """A new policy: its settings from now on (what was learned stays)."""
+        with self._lock:
+            self._history.settings = settings
+
+    @staticmethod
+    def kind(pod: Obj, tenant: str) -> Kind | None:
+        """The kind ``pod`` is learned and estimated under; None when its GPU count cannot
+        be read."""
+        try:
+            gpus = tr.pod_gpu_demand(pod)[0]
+        except ValueError:  # TranslationError included
+            return None
+        return Kind(tenant=tenant, owner=owner_kind(pod), gpus=gpus)
+
+    def observe(self, pod: Obj, tenant: str | None) -> bool:
+        """Learn from ``pod`` if it is a pod of ``tenant`` that Berth released and that ended
+        Succeeded (a failed pod's run says nothing of how long its kind runs), once per pod.
+        Returns True when it was learned from."""
+        if (tenant is None or _dict(pod.get("status")).get("phase") != "Succeeded"
+                or not tr.annotations_of(pod).get(c.ANNOTATION_ASSIGNED_NODE)):
+            return False
+        uid = str(tr.meta(pod).get("uid") or "")
+        kind = self.kind(pod, tenant)
+        seconds = run_seconds(pod)
+        if not uid or kind is None or seconds is None:
+            return False
+        with self._lock:
+            if uid in self._seen:
+                return False
+            self._seen[uid] = None
+            while len(self._seen) > LEARNED_UIDS:
+                self._seen.popitem(last=False)
+            return self._history.record(kind, seconds)
+
+    def estimate(self, pod: Obj, tenant: str | None) -> float | None:
+        """The learned run time of ``pod``'s kind (None: learning off, too few finished, or
+        no tenant)."""
+        if tenant is None:
+            return None
+        kind = self.kind(pod, tenant)
+        if kind is None:
+            return None
+        with self._lock:
+            return self._history.estimate(kind)
+
+    def kinds(self) -> int:
+        with self._lock:
+            return self._history.kinds()

@@ -160,13 +160,15 @@ class Built:
     # where each running pod's known expected end comes from, by its name (explain.py)
     end_sources: dict[str, runtimes.Source] = field(default_factory=dict)
     jobs: Mapping[str, Obj] = field(default_factory=dict)  # the view's Jobs (runtimes.py)
+    learner: runtimes.Learner | None = None  # run times learned from finished pods
 
     def expect(self, info: GangInfo, settings: Settings, now: datetime) -> GangInfo:
         """``info`` with when each of its pods is expected to end once released, for the
         release to show (only the gangs a plan admits: not every pending pod each window)."""
         info.expected = {tr.pod_key(p): runtimes.expected_end(
             p, runtimes.owner_job(p, self.jobs), settings.backend, now,
-            estimate_cap=settings.max_expected_runtime_seconds) for p in info.gated}
+            estimate_cap=settings.max_expected_runtime_seconds,
+            learned=_learned(self.learner, p, settings)) for p in info.gated}
         return info
 
     def by_state(self, state: GangState) -> list[GangInfo]:
@@ -310,15 +312,20 @@ def to_gang(info: GangInfo, now: datetime, settings: Settings, memo: Memo,
                 runtime_s=runtime)
 
 
+def _learned(learner: runtimes.Learner | None, pod: Obj, settings: Settings) -> float | None:
+    return None if learner is None else learner.estimate(pod, trust.tenant_of(pod, settings))
+
+
 def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
             settings: Settings, dra: DraState | None = None,
             now: datetime | None = None,
-            sources: dict[str, runtimes.Source] | None = None) -> list[Running]:
+            sources: dict[str, runtimes.Source] | None = None,
+            learner: runtimes.Learner | None = None) -> list[Running]:
     """Everything that holds capacity now or is about to (the module docstring says what and
     how it is counted; :mod:`.dra` for GPUs held through ResourceClaims). Given ``now``, each
     pod says when it is expected to end (:func:`.runtimes.expected_end`: its earliest bound,
-    its own deadline, its Job's or Kueue's, else its declared estimate), and ``sources`` is
-    told where each known end comes from."""
+    its own deadline, its Job's or Kueue's, else its declared estimate, else what ``learner``
+    learned of its kind), and ``sources`` is told where each known end comes from."""
     out: list[Running] = []
     dra = dra or DraState()
     counted: set[str] = set()  # claims whose devices a pod already holds
@@ -363,7 +370,8 @@ def holding(view: View, nodes: Mapping[str, Node], finishing: list[GangInfo],
             job = runtimes.owner_job(pod, view.jobs)
             expected = runtimes.expected_end(
                 pod, job, settings.backend, now,
-                estimate_cap=settings.max_expected_runtime_seconds)
+                estimate_cap=settings.max_expected_runtime_seconds,
+                learned=None if learner is None else learner.estimate(pod, tenant))
             if expected.remaining_s is not None:
                 r = replace(r, remaining_s=expected.remaining_s)
                 if sources is not None:
@@ -432,9 +440,11 @@ def _claims_held(pod: Obj, dra: DraState,
 
 
 def build(view: View, settings: Settings, now: datetime, memo: Memo | None = None,
-          only: Callable[[GangInfo], bool] | None = None) -> Built:
+          only: Callable[[GangInfo], bool] | None = None,
+          learner: runtimes.Learner | None = None) -> Built:
     """Nodes, gangs by state and the snapshot of the pending gangs; ``only`` keeps just the
-    gangs it accepts (the fast path's classes) but every pod that holds capacity."""
+    gangs it accepts (the fast path's classes) but every pod that holds capacity;
+    ``learner``: run times learned from finished pods, for the pods that have no other."""
     memo = memo or Memo()
     dra = DraState.from_view(view)
     nodes, node_errors = build_nodes(view, settings, memo, dra)
@@ -445,19 +455,20 @@ def build(view: View, settings: Settings, now: datetime, memo: Memo | None = Non
     if only is not None:
         finishing_all = [g for g in gangs.values() if g.state == GangState.FINISHING]
         gangs = {k: g for k, g in gangs.items() if only(g)}
-        running = holding(view, nodes, finishing_all, settings, dra, now, sources)
+        running = holding(view, nodes, finishing_all, settings, dra, now, sources, learner)
         return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, dra,
-                             view.jobs, sources, sweep=False)
+                             view.jobs, sources, sweep=False, learner=learner)
     finishing = [g for g in gangs.values() if g.state == GangState.FINISHING]
-    running = holding(view, nodes, finishing, settings, dra, now, sources)
+    running = holding(view, nodes, finishing, settings, dra, now, sources, learner)
     return _finish_build(gangs, nodes, node_errors, running, now, settings, memo, dra,
-                         view.jobs, sources, sweep=True)
+                         view.jobs, sources, sweep=True, learner=learner)
 
 
 def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
                   node_errors: dict[str, str], running: list[Running], now: datetime,
                   settings: Settings, memo: Memo, dra: DraState, jobs: Mapping[str, Obj],
-                  sources: dict[str, runtimes.Source], *, sweep: bool) -> Built:
+                  sources: dict[str, runtimes.Source], *, sweep: bool,
+                  learner: runtimes.Learner | None = None) -> Built:
     solvable: list[Gang] = []
     for info in sorted(gangs.values(), key=lambda g: g.key):
         if info.state != GangState.PENDING:
@@ -473,4 +484,4 @@ def _finish_build(gangs: dict[str, GangInfo], nodes: dict[str, Node],
                         running=tuple(running), tenants=settings.tenants,
                         policy=settings.solver_policy)
     return Built(snapshot=snapshot, gangs=gangs, nodes=nodes, node_errors=node_errors, dra=dra,
-                 end_sources=sources, jobs=jobs)
+                 end_sources=sources, jobs=jobs, learner=learner)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from pydantic.alias_generators import to_camel
 
 from admission.backends import BackendName
+from solver.types import MAX_LEARNED_SAMPLES
 
 # A Kubernetes name (RFC 1123 label): namespaces and tenant names.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -311,6 +312,20 @@ class TargetWorkload(_Model):
                                               allow_inf_nan=False)] = 86400.0
 
 
+class LearnedRuntimes(_Model):
+    enabled: bool = False
+    min_samples: Annotated[int, Field(ge=1, le=MAX_LEARNED_SAMPLES)] = 3
+    samples: Annotated[int, Field(ge=1, le=MAX_LEARNED_SAMPLES)] = 20
+
+    @model_validator(mode="after")
+    def _enough(self) -> LearnedRuntimes:
+        if self.min_samples > self.samples:
+            raise ValueError(f"minSamples ({self.min_samples}) must be <= samples "
+                             f"({self.samples}): an estimate needs no more finished pods "
+                             "than are remembered")
+        return self
+
+
 class SolverSettings(_Model):
     time_limit_seconds: Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] = 5.0
     weights: ObjectiveWeights = ObjectiveWeights()
@@ -318,6 +333,7 @@ class SolverSettings(_Model):
     reclaim: Reclaim = Reclaim()
     fair_sharing: FairSharing = FairSharing()
     target_workload: TargetWorkload = TargetWorkload()
+    learned_runtimes: LearnedRuntimes = LearnedRuntimes()
 
 
 class Release(_Model):

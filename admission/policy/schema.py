@@ -192,6 +192,18 @@ FIELD_DOCS: dict[str, str] = {
     "TargetWorkload.halfLifeSeconds": "Half-life of the learned shapes; 0: judge against the "
     "window's own pods only. The record lives in the controller and starts over when the "
     "leader changes.",
+    "SolverSettings.learnedRuntimes": "Run times learned from finished pods: a running pod "
+    "with no deadline and no `berth.dev/expected-runtime` is expected to run as long as the "
+    "median of the last pods of its kind (its tenant, its owner's kind, its GPU count) that "
+    "Berth released and that ended Succeeded. An estimate: it plans when a reservation's "
+    "capacity frees, never lets a gang backfill (docs/reservations.md).",
+    "LearnedRuntimes.enabled": "Learn run times and use them; off: pods that declare nothing "
+    "have no expected end. Off by default (bench/reservations_sim.md, \"Run times learned "
+    "from finished pods\").",
+    "LearnedRuntimes.minSamples": "Finished pods of a kind before its run time is estimated.",
+    "LearnedRuntimes.samples": "The last finished pods of each kind remembered (the median is "
+    "over these); at least `minSamples`. The record lives in the controller: a new leader "
+    "learns again from the finished pods the API server still holds.",
     "FairSharing.boost": "Priority points a tenant's gangs gain at a deficit of 100 % (it got "
     "nothing of its share), in proportion below; a tenant above its share gains nothing.",
     "ObjectiveWeights.demand": "Admitted priority-weighted GPU demand (the term the others "

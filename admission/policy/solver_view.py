@@ -11,6 +11,7 @@ from admission.policy.model import Policy, QoSClass
 from admission.policy.model import Tenant as PolicyTenant
 from solver.types import (
     FairSharing,
+    LearnedRuntimes,
     QoSProfile,
     Reclaim,
     Reservations,
@@ -79,6 +80,10 @@ def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
                                  boost=policy.solver.fair_sharing.boost),
         target_workload=TargetWorkload(
             half_life_s=policy.solver.target_workload.half_life_seconds),
+        learned_runtimes=LearnedRuntimes(
+            enabled=policy.solver.learned_runtimes.enabled,
+            min_samples=policy.solver.learned_runtimes.min_samples,
+            samples=policy.solver.learned_runtimes.samples),
         qos_classes=tuple(solver_qos(q) for q in policy.qos_classes),
         # the same GPU published through DRA is <model>@dra to the solver (docs/dra.md)
         idle_watts={name: m.idle_watts for m in policy.gpu_models for name in _names(m.name)},

@@ -16,6 +16,7 @@ from admission.controller import translate as tr
 from admission.controller import trust
 from admission.controller.dra import DraState
 from admission.controller.inventory import Inventory
+from admission.controller.runtimes import Learner
 from admission.controller.settings import Settings, from_policy
 from admission.controller.snapshot import Built, GangState, build
 from admission.controller.translate import Obj, TranslationError
@@ -58,8 +59,14 @@ def picture(view: ClusterView, now: datetime) -> Picture:
     for kind, objects in view.dra.items():
         inventory.replace_dra(kind, objects)
     snap_view = inventory.view()
+    # run times learned from the finished pods the API server holds, as a leader learns them
+    # when it starts (policy solver.learnedRuntimes; runtimes.Learner)
+    learner = Learner(settings.solver_policy.learned_runtimes)
+    for pod in view.pods:
+        if tr.is_finished(pod):
+            learner.observe(pod, trust.tenant_of(pod, settings))
     try:
-        built = build(snap_view, settings, now)
+        built = build(snap_view, settings, now, learner=learner)
     except (ProblemError, TranslationError, ValueError) as exc:
         raise StatusError(f"the cluster's pods and nodes do not form a snapshot: {exc}") from None
     if view.nodes is not None:
