@@ -30,8 +30,14 @@ lets nothing backfill; an overrun estimate reads as unknown. ``cpsat-estimates``
 from the seed and the gang (off by 2.7x either way at one standard deviation);
 ``cpsat-estimates-short``: half the true run time (optimistic users: every estimate overruns).
 
+``--learned`` runs instead the rows ``LEARNED_ROWS``: nothing declared, and run times learned
+from finished pods (policy ``solver.learnedRuntimes``, solver/history.py: per tenant and GPU
+count, the scenarios naming no owner kinds) planning when running pods end, as the controller
+does when the policy turns it on; ``--learned-min N`` pods of a kind before an estimate.
+
     python3 bench/reservations_sim.py [--seeds 0,1,2,3,4] [--lists default,gpushare40,gpuspec20]
-                                      [--quotas | --only-quotas | --estimates]
+                                      [--quotas | --only-quotas | --estimates |
+                                       --learned [--learned-min N]]
                                       [--hold-ahead SECONDS]
 """
 
@@ -53,7 +59,13 @@ from timed_sim import alibaba_slice  # noqa: E402
 from solver.simulate.generate import generate  # noqa: E402
 from solver.simulate.timed import TimedConfig, TimedResult, simulate_timed  # noqa: E402
 from solver.simulate.timed_scenario import Scenario  # noqa: E402
-from solver.types import MILLI, FairSharing, Reclaim, TargetWorkload  # noqa: E402
+from solver.types import (  # noqa: E402
+    MILLI,
+    FairSharing,
+    LearnedRuntimes,
+    Reclaim,
+    TargetWorkload,
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,7 @@ class Row:
     records: bool = True  # fair sharing over time and the learned target workload
     estimate: float | None = None  # declared run times: this many times the true one
     sigma: float = 0.0  # and log-normal noise of this spread (TimedConfig.estimate_sigma)
+    learned: bool = False  # run times learned from finished pods (policy learned_runtimes)
 
 
 ROWS = (Row("cpsat", "cpsat", True), Row("cpsat-norecords", "cpsat", True, records=False),
@@ -80,6 +93,12 @@ ESTIMATE_ROWS = (Row("cpsat", "cpsat", True),
                  Row("cpsat-estimates-noisy", "cpsat", False, estimate=1.0, sigma=1.0),
                  Row("cpsat-estimates-short", "cpsat", False, estimate=0.5),
                  Row("cpsat-nodeadlines", "cpsat", False), Row("bestfit", "bestfit", False))
+#: The rows of ``--learned``: nothing declared, run times learned from finished pods (the
+#: policy's ``learnedRuntimes``, ``--learned-min`` samples before an estimate) against nothing
+#: learned and best-fit.
+LEARNED_ROWS = (Row("cpsat-nodeadlines", "cpsat", False),
+                Row("cpsat-learned", "cpsat", False, learned=True),
+                Row("bestfit", "bestfit", False))
 
 
 def split_by_weight(total: int, weights: dict[str, float]) -> dict[str, int]:
@@ -121,6 +140,15 @@ def without_records(scenario: Scenario) -> Scenario:
     return replace(scenario, policy=policy)
 
 
+def with_learned(scenario: Scenario, min_samples: int | None) -> Scenario:
+    """The scenario with run times learned from finished pods (None: the policy's default
+    number of samples before an estimate)."""
+    learned = LearnedRuntimes(enabled=True) if min_samples is None else LearnedRuntimes(
+        enabled=True, min_samples=min_samples,
+        samples=max(min_samples, LearnedRuntimes().samples))
+    return replace(scenario, policy=replace(scenario.policy, learned_runtimes=learned))
+
+
 def figures(r: TimedResult) -> dict[str, float]:
     waits = r.waits_s
     return {"p50": r.wait_percentiles_s["p50"], "p90": r.wait_percentiles_s["p90"],
@@ -135,7 +163,8 @@ def figures(r: TimedResult) -> dict[str, float]:
 
 
 def run(scenario: Scenario, seed: int, factor: float, limit: float,
-        rows: tuple[Row, ...] = ROWS) -> dict[str, dict[str, float]]:
+        rows: tuple[Row, ...] = ROWS, learned_min: int | None = None
+        ) -> dict[str, dict[str, float]]:
     out = {}
     for row in rows:
         cfg = TimedConfig(policy=row.policy, seed=seed, time_limit_s=limit,
@@ -143,6 +172,8 @@ def run(scenario: Scenario, seed: int, factor: float, limit: float,
                           estimate_factor=row.estimate, estimate_sigma=row.sigma)
         t0 = time.perf_counter()
         seen = scenario if row.records else without_records(scenario)
+        if row.learned:
+            seen = with_learned(seen, learned_min)
         out[row.label] = figures(simulate_timed(seen, cfg))
         print(f"  {row.label:<18} {time.perf_counter() - t0:6.1f} s", file=sys.stderr)
     return out
@@ -179,7 +210,7 @@ def table(title: str, runs: list[dict[str, dict[str, float]]],
             f"{med(lb, 'reclaimed'):.0f} |")
     labels = {row.label for row in rows}
     lines.append("")
-    if "cpsat-estimates" in labels:
+    if "cpsat-estimates" in labels or "cpsat-learned" in labels:
         best_p99, best_mean = med("bestfit", "p99"), med("bestfit", "mean")
         lines += ["Against best-fit (p99 wait, mean wait, GPU allocated): " + "; ".join(
             f"{row.label} {med(row.label, 'p99') / best_p99:.2f}x, "
@@ -243,12 +274,18 @@ def main() -> int:
     ap.add_argument("--estimates", action="store_true",
                     help="only the engine with declared run times instead of deadlines "
                          "(rows ESTIMATE_ROWS)")
+    ap.add_argument("--learned", action="store_true",
+                    help="only the engine with run times learned from finished pods and "
+                         "nothing declared (rows LEARNED_ROWS)")
+    ap.add_argument("--learned-min", type=int, default=None,
+                    help="with --learned: finished pods of a kind before an estimate "
+                         "(default: the policy's)")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s]
     out: list[str] = []
-    plain = not (args.only_quotas or args.estimates)
+    plain = not (args.only_quotas or args.estimates or args.learned)
     quotas = args.quotas or args.only_quotas
-    runs, qruns, eruns = [], [], []
+    runs, qruns, eruns, lruns = [], [], [], []
     for seed in seeds:
         print(f"generated, seed {seed}", file=sys.stderr)
         generated = with_hold_ahead(generate(seed=seed), args.hold_ahead)
@@ -256,6 +293,9 @@ def main() -> int:
             runs.append(run(generated, seed, args.factor, args.time_limit))
         if args.estimates:
             eruns.append(run(generated, seed, args.factor, args.time_limit, ESTIMATE_ROWS))
+        if args.learned:
+            lruns.append(run(generated, seed, args.factor, args.time_limit, LEARNED_ROWS,
+                             args.learned_min))
         if quotas:
             qruns.append(run(with_quotas(generated), seed, args.factor, args.time_limit,
                              QUOTA_ROWS))
@@ -264,6 +304,9 @@ def main() -> int:
     if eruns:
         out += table(f"Embedded default, declared run times, medians over seeds {args.seeds}",
                      eruns, ESTIMATE_ROWS)
+    if lruns:
+        out += table(f"Embedded default, run times learned, medians over seeds {args.seeds}",
+                     lruns, LEARNED_ROWS)
     if qruns:
         out += table(f"Embedded default with quotas, borrowing and reclaim, medians over seeds "
                      f"{args.seeds}", qruns, QUOTA_ROWS)
@@ -278,6 +321,10 @@ def main() -> int:
             out += table(f"{title}, declared run times",
                          [run(scenario, 0, args.factor, args.time_limit, ESTIMATE_ROWS)],
                          ESTIMATE_ROWS)
+        if args.learned:
+            out += table(f"{title}, run times learned",
+                         [run(scenario, 0, args.factor, args.time_limit, LEARNED_ROWS,
+                              args.learned_min)], LEARNED_ROWS)
         if quotas:
             out += table(f"{title}, with quotas, borrowing and reclaim",
                          [run(with_quotas(scenario), 0, args.factor, args.time_limit,

@@ -1,5 +1,6 @@
 """bench/reservations_sim.py's tables: every row set renders (the estimates table has rows the
-others lack), and the hold lead it can set reaches the policy the replay runs with."""
+others lack), and the hold lead and learned run times it can set reach the policy the replay
+runs with."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _figures(p99: float) -> dict[str, float]:
             "placed": 10, "gangs": 10, "reclaimed": 0}
 
 
-@pytest.mark.parametrize("rows", ["ROWS", "QUOTA_ROWS", "ESTIMATE_ROWS"])
+@pytest.mark.parametrize("rows", ["ROWS", "QUOTA_ROWS", "ESTIMATE_ROWS", "LEARNED_ROWS"])
 def test_every_row_set_renders_its_table(sim: ModuleType, rows: str) -> None:
     chosen = getattr(sim, rows)
     runs = [{row.label: _figures(1000.0 + 10 * k + s) for k, row in enumerate(chosen)}
@@ -33,6 +34,9 @@ def test_every_row_set_renders_its_table(sim: ModuleType, rows: str) -> None:
         assert f"| {row.label} |" in text
     if rows == "ESTIMATE_ROWS":
         assert "Against best-fit (p99 wait, mean wait, GPU allocated): cpsat 0.9" in text
+    if rows == "LEARNED_ROWS":
+        assert ("Against best-fit (p99 wait, mean wait, GPU allocated): cpsat-nodeadlines 0.98x"
+                in text)
 
 
 def test_the_hold_lead_reaches_the_replayed_policy(sim: ModuleType) -> None:
@@ -40,3 +44,13 @@ def test_the_hold_lead_reaches_the_replayed_policy(sim: ModuleType) -> None:
     assert sim.with_hold_ahead(sc, None) is sc
     assert sim.with_hold_ahead(sc, 1234.0).policy.reservations.hold_ahead_s == 1234.0
     assert sc.policy.reservations.hold_ahead_s == 600.0
+
+
+def test_learning_reaches_the_replayed_policy(sim: ModuleType) -> None:
+    sc = generate(seed=0)
+    assert not sc.policy.learned_runtimes.enabled
+    on = sim.with_learned(sc, None).policy.learned_runtimes
+    assert on.enabled and on.min_samples == 3
+    five = sim.with_learned(sc, 5).policy.learned_runtimes
+    assert five.enabled and five.min_samples == 5 and five.samples >= 5
+    assert sim.with_learned(sc, 500).policy.learned_runtimes.samples == 500
