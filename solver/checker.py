@@ -33,8 +33,10 @@ Rules (each a :class:`Kind`):
   eviction (usage after the plan, less every gang evicted from it but the largest, must
   exceed its quota: some order takes each gang while its tenant still borrows); a reclaiming
   gang that is not pending, is not admitted by the same plan, or takes its tenant over its
-  own quota (usage after the plan). The plan's admissions are judged (capacity, quota,
-  interference) on what runs once the evicted pods are gone.
+  own quota (usage after the plan). A preemption (:attr:`solver.plan.Eviction.preempt`)
+  instead: preemption within a tenant off; a victim of another tenant than the gang it makes
+  room for, or whose priority is not lower than that gang's. The plan's admissions are judged
+  (capacity, quota, interference) on what runs once the evicted pods are gone.
 - ``interference``: pods share a GPU although a QoS class forbids it
   (:attr:`QoSProfile.exclusive`, :attr:`QoSProfile.no_share_with`, in either direction), or a
   latency-sensitive pod's predicted latency there exceeds its SLO
@@ -349,8 +351,12 @@ def _eviction_violations(snapshot: Snapshot, plan: Plan,
     def bad(message: str, gang: str | None = None) -> None:
         out.append(Violation(Kind.RECLAIM, message, gang))
 
-    if not rules.enabled:
-        bad(f"the plan evicts {len(plan.evictions)} gang(s) but reclaim is off")
+    reclaimed = [e for e in plan.evictions if not e.preempt]
+    if reclaimed and not rules.enabled:
+        bad(f"the plan evicts {len(reclaimed)} gang(s) for other tenants but reclaim is off")
+    preempted = len(plan.evictions) - len(reclaimed)
+    if preempted and not rules.preempt_within_tenant:
+        bad(f"the plan preempts {preempted} gang(s) but preemption within a tenant is off")
     if len(plan.evictions) > rules.max_gangs:
         bad(f"the plan evicts {len(plan.evictions)} gangs, more than "
             f"policy.reclaim.max_gangs ({rules.max_gangs})")
@@ -358,12 +364,14 @@ def _eviction_violations(snapshot: Snapshot, plan: Plan,
     tenant_of: dict[str, set[str | None]] = defaultdict(set)
     run_of: dict[str, list[float | None]] = defaultdict(list)
     milli_of: dict[str, int] = defaultdict(int)
+    priority_of: dict[str, int] = {}
     for r in snapshot.running:
         if r.gang is not None:
             pods_of[r.gang].append(r.name)
             tenant_of[r.gang].add(r.tenant)
             run_of[r.gang].append(r.run_s)
             milli_of[r.gang] += sum(s.milli for s in r.gpus)
+            priority_of[r.gang] = max(priority_of.get(r.gang, r.priority), r.priority)
     quotas = {t.name: t.quota_milli for t in snapshot.tenants}
     used = quota_usage_milli(snapshot, plan)
     admitted = plan.admitted_names
@@ -392,18 +400,26 @@ def _eviction_violations(snapshot: Snapshot, plan: Plan,
             ran = "a pod has not started" if None in runs else f"it has run {shortest:g} s"
             bad(f"gang {g} is evicted before policy.reclaim.min_run_s "
                 f"({rules.min_run_s:g} s): {ran}", g)
-        if e.tenant == e.for_tenant:
-            bad(f"gang {g} is evicted for a gang of its own tenant {e.tenant}", g)
         want = gangs.get(e.for_gang)
+        if e.preempt:
+            if e.tenant != e.for_tenant:
+                bad(f"gang {g} of tenant {e.tenant} is preempted for {e.for_gang} of tenant "
+                    f"{e.for_tenant} (preemption stays within a tenant)", g)
+            elif want is not None and priority_of[g] >= want.priority:
+                bad(f"gang {g} (priority {priority_of[g]}) is preempted for {e.for_gang}, "
+                    f"whose priority {want.priority} is not higher", g)
+        elif e.tenant == e.for_tenant:
+            bad(f"gang {g} is evicted for a gang of its own tenant {e.tenant}", g)
         if want is None or want.tenant != e.for_tenant:
             bad(f"gang {g} is evicted for {e.for_gang} of tenant {e.for_tenant}, which is not "
                 "a pending gang of that tenant", g)
         elif e.for_gang not in admitted:
             bad(f"gang {g} is evicted for {e.for_gang}, which the plan does not admit (an "
                 "eviction must make room for a gang placed by the same plan)", g)
-        else:
+        elif not e.preempt:
             wants[e.for_tenant].add(e.for_gang)
-        evicted[e.tenant].append(milli_of[g])
+        if not e.preempt:  # only borrowed quota is reclaimed; a preemption takes none back
+            evicted[e.tenant].append(milli_of[g])
     for tenant, sizes in sorted(evicted.items()):
         quota = quotas.get(tenant)
         before_last = used.get(tenant, 0) - (sum(sizes) - max(sizes))

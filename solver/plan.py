@@ -43,13 +43,15 @@ class Reservation:
 class Eviction:
     """A running gang of ``tenant`` (on borrowed quota) to evict whole, every pod of ``pods``,
     so that ``for_gang`` of ``for_tenant`` can start within its own quota once they are gone
-    (solver/reclaim.py)."""
+    (solver/reclaim.py). ``preempt``: instead, a gang of lower priority of the same tenant,
+    evicted for its higher-priority ``for_gang`` (policy reclaim.preempt_within_tenant)."""
 
     gang: str
     tenant: str
     pods: tuple[str, ...]
     for_gang: str
     for_tenant: str
+    preempt: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,14 @@ gang the plan leaves waiting, in queue order (:func:`solver.queue.queue_order`):
    gone. (A pod whose disruption was announced has ``remaining_s == 0`` and its capacity
    counts as freed, so a later window does not evict again for the same gang.)
 
+**Preemption within a tenant** (``policy.reclaim.preempt_within_tenant``, off by default, on
+or off whatever ``enabled`` says): a waiting gang may also take from its *own* tenant the gangs
+of strictly lower priority (those this plan admits, then running ones that have run
+``min_run_s``), chosen in the same order and by the same steps 3-5, after every gang of other
+tenants that reclaim may take (quota lent is taken back before the tenant's own work is
+stopped). Its evictions say so (:attr:`solver.plan.Eviction.preempt`). Other tenants' gangs
+are never preempted: across tenants only borrowed quota is taken back.
+
 At most ``policy.reclaim.max_gangs`` gangs are evicted per window. The checker judges every
 eviction (:func:`solver.checker.check`). Pure: nothing beyond the snapshot and the plan.
 """
@@ -65,6 +73,7 @@ class Victim:
     lost: float  # GPU milli-seconds run so far
     pods: tuple[Running, ...] = ()
     placement: GangPlacement | None = None
+    preempt: bool = False  # of the waiting gang's own tenant, of lower priority
 
     @property
     def key(self) -> tuple[int, float, str]:
@@ -120,7 +129,7 @@ def plan_reclaim(snapshot: Snapshot, plan: Plan, *,
     ``waiting_order``: the order waiting gangs reclaim in (None: Berth's queue order; the Kueue-like
     baseline passes its own)."""
     rules = snapshot.policy.reclaim
-    if not rules.enabled or not snapshot.tenants or not plan.deferred:
+    if not (rules.enabled or rules.preempt_within_tenant) or not plan.deferred:
         return plan
     quotas = {t.name: t.quota_milli for t in snapshot.tenants}
     gangs = {g.name: g for g in snapshot.gangs}
@@ -136,19 +145,27 @@ def plan_reclaim(snapshot: Snapshot, plan: Plan, *,
     evictions: list[Eviction] = []
     notes: dict[str, str] = {}
     changed = False
-    if not any(quotas.get(g.tenant) is not None for g in waiting):
+    if not rules.preempt_within_tenant and not any(quotas.get(g.tenant) is not None
+                                                   for g in waiting):
         return plan
     for gang in waiting:
         quota = quotas.get(gang.tenant)
-        if quota is None or used.get(gang.tenant, 0) + gang.gpu_demand_milli > quota:
+        reclaims = (rules.enabled and quota is not None
+                    and used.get(gang.tenant, 0) + gang.gpu_demand_milli <= quota)
+        if not reclaims and not rules.preempt_within_tenant:
             continue
         candidates: list[Victim] = []
         for name, gp in admitted.items():
             g = gangs[name]
             q = quotas.get(g.tenant)
-            if g.tenant != gang.tenant and q is not None and used.get(g.tenant, 0) > q:
+            if reclaims and g.tenant != gang.tenant and q is not None \
+                    and used.get(g.tenant, 0) > q:
                 candidates.append(Victim(name, g.tenant, g.gpu_demand_milli, g.priority, 0.0,
                                          placement=gp))
+            elif rules.preempt_within_tenant and g.tenant == gang.tenant \
+                    and g.priority < gang.priority:
+                candidates.append(Victim(name, g.tenant, g.gpu_demand_milli, g.priority, 0.0,
+                                         placement=gp, preempt=True))
         if len(evictions) < rules.max_gangs:
             for name, pods in by_gang.items():
                 if any(leaving(r) or r.name in removed for r in pods):
@@ -157,21 +174,29 @@ def plan_reclaim(snapshot: Snapshot, plan: Plan, *,
                 assert tenant is not None
                 q = quotas.get(tenant)
                 run = gang_run_s(pods)
-                if (tenant == gang.tenant or q is None or used.get(tenant, 0) <= q
-                        or run is None or run < rules.min_run_s
-                        or any(r.tenant != tenant for r in pods)):
+                priority = max(r.priority for r in pods)
+                if run is None or run < rules.min_run_s or any(r.tenant != tenant for r in pods):
                     continue
+                if tenant == gang.tenant:
+                    preempt = True
+                    if not rules.preempt_within_tenant or priority >= gang.priority:
+                        continue
+                else:
+                    preempt = False
+                    if not reclaims or q is None or used.get(tenant, 0) <= q:
+                        continue
                 milli = sum(s.milli for r in pods for s in r.gpus)
                 if milli == 0 or not _useful(gang, nodes, {r.node for r in pods}):
                     continue
-                candidates.append(Victim(name, tenant, milli, max(r.priority for r in pods),
+                candidates.append(Victim(name, tenant, milli, priority,
                                          float(sum(s.milli * (r.run_s or 0.0)
                                                    for r in pods for s in r.gpus)),
-                                         pods=tuple(pods)))
+                                         pods=tuple(pods), preempt=preempt))
         if not candidates:
             continue
-        # un-admissions first (nothing run is lost), then running gangs in victim order
-        candidates.sort(key=lambda v: (v.placement is None, v.key))
+        # un-admissions first (nothing run is lost), then running gangs in victim order; quota
+        # lent to other tenants is taken back before the tenant's own gangs are preempted
+        candidates.sort(key=lambda v: (v.placement is None, v.preempt, v.key))
 
         def state(chosen: list[Victim]) -> tuple[Running, ...]:
             gone = {r.name for v in chosen for r in v.pods}
@@ -185,9 +210,8 @@ def plan_reclaim(snapshot: Snapshot, plan: Plan, *,
         left = dict(used)
         found: GangPlacement | None = None
         for v in candidates:
-            q = quotas[v.tenant]
-            assert q is not None
-            if left.get(v.tenant, 0) <= q:
+            q = quotas.get(v.tenant)
+            if not v.preempt and (q is None or left.get(v.tenant, 0) <= q):
                 continue  # its tenant no longer borrows
             if v.placement is None and \
                     sum(1 for c in chosen if c.placement is None) + len(evictions) \
@@ -208,7 +232,7 @@ def plan_reclaim(snapshot: Snapshot, plan: Plan, *,
         dropped = [v for v in chosen if v.placement is not None]
         evicted = [v for v in chosen if v.placement is None]
         new_evictions = [Eviction(v.gang, v.tenant, tuple(sorted(r.name for r in v.pods)),
-                                  gang.name, gang.tenant) for v in evicted]
+                                  gang.name, gang.tenant, preempt=v.preempt) for v in evicted]
         trial = [gp for name, gp in admitted.items() if name not in {v.gang for v in dropped}]
         candidate = replace(plan, admitted=(*trial, found), deferred=(),
                             evictions=(*evictions, *new_evictions))
@@ -217,8 +241,11 @@ def plan_reclaim(snapshot: Snapshot, plan: Plan, *,
         for v in dropped:
             del admitted[v.gang]
             used[v.tenant] = used.get(v.tenant, 0) - v.milli
-            notes[v.gang] = (f"reclaim: tenant {gang.tenant} takes back its quota, lent to "
-                             f"tenant {v.tenant}, for gang {gang.name}")
+            notes[v.gang] = (
+                f"preempted: gang {gang.name} of the same tenant, of higher priority "
+                f"({gang.priority} > {v.priority}), needs the room" if v.preempt else
+                f"reclaim: tenant {gang.tenant} takes back its quota, lent to "
+                f"tenant {v.tenant}, for gang {gang.name}")
         for v in evicted:
             removed.update(r.name for r in v.pods)
             used[v.tenant] = used.get(v.tenant, 0) - v.milli

@@ -746,7 +746,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         ],
         "deferred": [{"gang": d.gang, "reason": d.reason} for d in plan.deferred],
         "evictions": [{"gang": e.gang, "tenant": e.tenant, "pods": list(e.pods),
-                       "for_gang": e.for_gang, "for_tenant": e.for_tenant}
+                       "for_gang": e.for_gang, "for_tenant": e.for_tenant,
+                       "preempt": e.preempt}
                       for e in plan.evictions],
         "stats": {"solver": s.solver, "status": s.status, "wall_seconds": s.wall_seconds,
                   "objective": s.objective, "bound": s.bound, "fallback": s.fallback,

@@ -484,12 +484,15 @@ class Reservations:
 @dataclass(frozen=True, slots=True)
 class Reclaim:
     """When a tenant waiting within its own quota takes GPUs back from tenants running on
-    borrowed quota (solver/reclaim.py): only if ``enabled``, only gangs that have run at least
-    ``min_run_s``, at most ``max_gangs`` evicted per window."""
+    borrowed quota (solver/reclaim.py): only if ``enabled``; and, if ``preempt_within_tenant``,
+    when a waiting gang evicts running gangs of lower priority of its own tenant. Either way
+    only gangs that have run at least ``min_run_s``, at most ``max_gangs`` evicted per
+    window."""
 
     enabled: bool = False
     min_run_s: float = 300.0
     max_gangs: int = 4
+    preempt_within_tenant: bool = False
 
     def __post_init__(self) -> None:
         _amount(self.min_run_s, MAX_WAIT_SECONDS, "policy.reclaim.min_run_s")

@@ -164,13 +164,13 @@ def _print_table(snapshot: Any, data: dict[str, Any]) -> None:
         deferred.add_row(d["gang"], tenants.get(d["gang"], ""), d["reason"])
     console.print(deferred)
     if data["evictions"]:
-        evicted = Table(title=f"Evicted gangs, reclaimed ({len(data['evictions'])})",
+        evicted = Table(title=f"Evicted gangs ({len(data['evictions'])})",
                         title_justify="left")
-        for col in ("gang", "tenant", "pods", "for gang", "of tenant"):
+        for col in ("gang", "tenant", "pods", "for gang", "of tenant", "why"):
             evicted.add_column(col)
         for e in data["evictions"]:
             evicted.add_row(e["gang"], e["tenant"], ", ".join(e["pods"]), e["for_gang"],
-                            e["for_tenant"])
+                            e["for_tenant"], "preempted" if e.get("preempt") else "reclaimed")
         console.print(evicted)
     s = data["stats"]
     stats = Table(title="Solver", title_justify="left", show_header=False)

@@ -54,6 +54,13 @@ class EvictionResult:
 
 
 def message(e: Eviction) -> str:
+    """What the victim's pods are told (condition and Event). A preemption within a tenant is
+    said as such; it shares the condition and Event reasons with reclaim, so that `berth
+    status` lists both (as Kueue says "Preempted" for both of its kinds)."""
+    if e.preempt:
+        return (f"preempted within tenant {e.tenant} by its gang {e.for_gang} of higher "
+                f"priority: gang {e.gang} had run at least the policy's minimum; the owner "
+                "recreates the pods and they wait in the queue again")
     return (f"reclaimed by tenant {e.for_tenant} for its gang {e.for_gang}: tenant {e.tenant} "
             f"runs gang {e.gang} on quota {e.for_tenant} lent; the owner recreates the pods "
             "and they wait in the queue again")
@@ -105,8 +112,9 @@ class Evictor:
                 return self._refused(result, f"pod {tr.pod_key(pod)}: {exc}")
             result.evicted.append(tr.pod_key(pod))
         self.metrics.reclaimed_gangs.labels(e.for_tenant, e.tenant).inc()
-        log.info("reclaim: evicted gang %s of tenant %s for %s of tenant %s", e.gang, e.tenant,
-                 e.for_gang, e.for_tenant)
+        log.info("%s: evicted gang %s of tenant %s for %s of tenant %s",
+                 "preemption" if e.preempt else "reclaim", e.gang, e.tenant, e.for_gang,
+                 e.for_tenant)
         return result
 
     def _refused(self, result: EvictionResult, why: str) -> EvictionResult:

@@ -299,6 +299,7 @@ class Reclaim(_Model):
     min_runtime_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS,
                                                 allow_inf_nan=False)] = 300.0
     max_gangs_per_window: Annotated[int, Field(ge=0, le=1024)] = 4
+    preempt_within_tenant: bool = False
 
 
 class FairSharing(_Model):

@@ -179,7 +179,13 @@ FIELD_DOCS: dict[str, str] = {
     "quota lent stays lent until the borrower's pods end.",
     "Reclaim.minRuntimeSeconds": "A running gang is never reclaimed before every pod of it has "
     "run this long.",
-    "Reclaim.maxGangsPerWindow": "Most gangs evicted per batch window; 0 evicts none.",
+    "Reclaim.maxGangsPerWindow": "Most gangs evicted per batch window (reclaim and "
+    "preemption together); 0 evicts none.",
+    "Reclaim.preemptWithinTenant": "A waiting gang may also evict running gangs of its own "
+    "tenant of strictly lower priority (`berth.dev/priority`), whole and after "
+    "`minRuntimeSeconds`, once no quota lent to other tenants is left to take back; on or off "
+    "whatever `enabled` says. Another tenant's gang is never preempted by priority "
+    "(docs/reclaim.md).",
     "SolverSettings.fairSharing": "Fair share judged over time: each tenant's held GPUs and "
     "its fair share are averaged with a half-life, and a tenant that got less than its share "
     "has its gangs moved up the queue (docs/fair-sharing.md).",

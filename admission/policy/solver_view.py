@@ -75,7 +75,8 @@ def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
                                   horizon_s=r.horizon_seconds,
                                   hold_ahead_s=r.hold_ahead_seconds),
         reclaim=Reclaim(enabled=rc.enabled, min_run_s=rc.min_runtime_seconds,
-                        max_gangs=rc.max_gangs_per_window),
+                        max_gangs=rc.max_gangs_per_window,
+                        preempt_within_tenant=rc.preempt_within_tenant),
         fair_sharing=FairSharing(half_life_s=policy.solver.fair_sharing.half_life_seconds,
                                  boost=policy.solver.fair_sharing.boost),
         target_workload=TargetWorkload(

@@ -187,6 +187,72 @@ def test_reclaim_does_not_take_from_the_own_tenant() -> None:
     assert plan.evictions == ()
 
 
+# ------------------------------------------------------------------ preemption within a tenant
+
+
+def test_a_higher_priority_gang_preempts_its_own_tenants_lower_priority_gang() -> None:
+    running = (*run_gang("b0", [("n0", range(0, 4))], tenant="b", priority=0),
+               *run_gang("b2", [("n0", range(4, 8))], tenant="b", priority=3))
+    s = snap((gang("b1", 4, priority=5),), running, quota_b=8, enabled=False,
+             preempt_within_tenant=True)  # preemption on its own, reclaim off
+    plan = decide(s)
+    (e,) = plan.evictions
+    assert (e.gang, e.preempt, e.tenant, e.for_gang, e.for_tenant) == ("b0", True, "b", "b1", "b")
+    assert plan.admitted_names == {"b1"}
+
+
+def test_no_preemption_of_equal_or_higher_priority_young_gangs_or_when_off() -> None:
+    def preempts(**kw: object) -> set[str]:
+        prio = kw.pop("running_priority", 0)
+        run_s = kw.pop("run_s", HOUR)
+        running = run_gang("b0", [("n0", range(0, 8))], tenant="b", priority=prio,  # type: ignore[arg-type]
+                           run_s=run_s)  # type: ignore[arg-type]
+        return evicted(decide(snap((gang("b1", 4, priority=5),), running, quota_b=8, **kw)))
+
+    assert preempts(preempt_within_tenant=True) == {"b0"}
+    assert preempts(preempt_within_tenant=True, running_priority=5) == set()  # equal
+    assert preempts(preempt_within_tenant=True, running_priority=7) == set()
+    assert preempts(preempt_within_tenant=True, run_s=60.0) == set()  # min_run_s 300 s
+    assert preempts(preempt_within_tenant=False) == set()  # the default: reclaim only
+
+
+def test_priority_never_preempts_another_tenants_gang() -> None:
+    # a runs low-priority work within its quota; b's high-priority gang waits
+    running = run_gang("a1", [("n0", range(0, 8))], tenant="a", priority=-5)
+    plan = decide(snap((gang("b1", 4, priority=10),), running, quota_a=8, quota_b=8,
+                       preempt_within_tenant=True))
+    assert plan.evictions == ()
+
+
+def test_quota_lent_is_taken_back_before_the_tenants_own_gangs_are_preempted() -> None:
+    running = (*run_gang("b0", [("n0", range(0, 4))], tenant="b", priority=0),
+               *run_gang("a1", [("n0", range(4, 8))], tenant="a", run_s=HOUR))  # a borrows 4
+    plan = decide(snap((gang("b1", 4, priority=5),), running, quota_a=0, quota_b=8,
+                       preempt_within_tenant=True))
+    (e,) = plan.evictions
+    assert e.gang == "a1" and not e.preempt
+
+
+def test_checker_refuses_preemption_across_tenants_of_no_lower_priority_and_when_off() -> None:
+    running = (*run_gang("b0", [("n0", range(0, 4))], tenant="b", priority=0),
+               *run_gang("b2", [("n0", range(4, 8))], tenant="b", priority=3))
+    s = snap((gang("b1", 4, priority=5),), running, quota_b=8, preempt_within_tenant=True)
+    plan = decide(s)
+    assert evicted(plan) == {"b0"}
+    off = replace(s, policy=SolverPolicy(reclaim=Reclaim(enabled=True)))
+    assert any("preemption within a tenant is off" in m for m in _reclaim_errors(off, plan))
+    higher = replace(plan, evictions=(Eviction("b2", "b", ("b2-0",), "b1", "b",
+                                               preempt=True),))
+    s_high = replace(s, gangs=(gang("b1", 4, priority=3),))
+    assert any("is not higher" in m for m in _reclaim_errors(s_high, higher))
+    other = replace(s, running=(*run_gang("b0", [("n0", range(0, 4))], tenant="b"),
+                                *run_gang("a2", [("n0", range(4, 8))], tenant="a")),
+                    tenants=(Tenant("a", quota_milli=8000), Tenant("b", quota_milli=8000)))
+    across = replace(plan, evictions=(Eviction("a2", "a", ("a2-0",), "b1", "b",
+                                               preempt=True),))
+    assert any("stays within a tenant" in m for m in _reclaim_errors(other, across))
+
+
 # ------------------------------------------------------------------ the checker's rule
 
 
@@ -283,7 +349,8 @@ def borrowed_clusters(draw: st.DrawFn) -> Snapshot:
                     policy=SolverPolicy(reclaim=Reclaim(
                         min_run_s=draw(st.sampled_from([0.0, 300.0])),
                         max_gangs=draw(st.sampled_from([0, 1, 2, 3, 3])),
-                        enabled=draw(st.sampled_from([True, True, True, False])))))
+                        enabled=draw(st.sampled_from([True, True, True, False])),
+                        preempt_within_tenant=draw(st.booleans()))))
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -301,5 +368,12 @@ def test_plans_with_evictions_pass_the_checker(s: Snapshot) -> None:
             by_gang.setdefault(r.gang, set()).add(r.name)
     for e in plan.evictions:
         assert set(e.pods) == by_gang[e.gang]  # whole
-        assert e.tenant != e.for_tenant
+        # across tenants only reclaim; within one only preemption, of lower priority
+        assert (e.tenant == e.for_tenant) == e.preempt
+        if e.preempt:
+            assert s.policy.reclaim.preempt_within_tenant
+            want = next(g for g in s.gangs if g.name == e.for_gang)
+            assert all(r.priority < want.priority for r in s.running if r.gang == e.gang)
+        else:
+            assert s.policy.reclaim.enabled
         assert e.for_gang in plan.admitted_names  # placed in what it frees

@@ -22,7 +22,7 @@ def reclaim_settings(**kw: Any) -> Any:
                              Tenant("team-b", quota_milli=kw.pop("b_quota", 0))),
                     solver_policy=SolverPolicy(reclaim=Reclaim(
                         enabled=kw.pop("enabled", True), min_run_s=kw.pop("min_run_s", 300.0),
-                        max_gangs=4)), **kw)
+                        max_gangs=4, preempt_within_tenant=kw.pop("preempt", False))), **kw)
 
 
 def borrowed(api: FakeApi, clock: FakeClock, **kw: Any) -> Any:
@@ -222,3 +222,45 @@ def test_without_an_evictor_the_gang_it_was_for_is_not_released() -> None:
     report = ctl.run_cycle()
     assert api.evictions == [] and report.admitted == 1  # the plan admitted it ...
     assert gates(api, "team-a/a1-0") == ["berth.dev/admission"]  # ... it was not released
+
+
+def _prioritised(name: str, ns: str, gpus: int, priority: int, created: Any) -> dict[str, Any]:
+    p = pod(f"{name}-0", ns=ns, gang=name, size=1, gpus=gpus, created=created)
+    p["metadata"]["annotations"]["berth.dev/priority"] = str(priority)
+    return p
+
+
+def test_a_higher_priority_gang_preempts_its_own_tenants_gang_and_says_so() -> None:
+    """Preemption within a tenant (policy reclaim.preemptWithinTenant): team-b, within its own
+    quota, runs b1 (priority 0) and b2 (priority 5); its b3 (priority 9) evicts b1, the lowest,
+    whole; the pods are told who preempted them, under the reclaim's condition and Event."""
+    api, clock = FakeApi(), FakeClock()
+    ctl = borrowed(api, clock, b_quota=8000, preempt=True, enabled=False)
+    clock.advance(600)
+    api.add_pod(_prioritised("b3", "team-b", 4, 9, clock()))
+    ctl.relist()
+    report = ctl.run_cycle()
+    assert sorted(api.evictions) == ["team-b/b1-0", "team-b/b1-1"]
+    assert [r.complete for r in report.evictions] == [True]
+    events = reclaimed_events(api)
+    assert sorted(e["involvedObject"]["name"] for e in events) == ["b1-0", "b1-1"]
+    assert all("preempted within tenant team-b by its gang team-b/b3 of higher priority"
+               in e["message"] for e in events)
+    assert gates(api, "team-b/b3-0") == []
+
+
+def test_priority_never_reaches_past_the_tenant() -> None:
+    """A user of team-a with a gang at its tenant's highest priority cannot preempt team-b's
+    gangs, which run within team-b's quota; nor can team-b's gang of equal priority preempt."""
+    api, clock = FakeApi(), FakeClock()
+    ctl = borrowed(api, clock, b_quota=8000, preempt=True)
+    clock.advance(600)
+    api.add_pod(_prioritised("a1", "team-a", 4, 100, clock()))
+    api.add_pod(_prioritised("b4", "team-b", 4, 5, clock()))  # = b2's, above b1's 0
+    ctl.relist()
+    ctl.run_cycle()
+    # b4 preempts b1 (priority 0 < 5), never b2 (5); team-a's gang takes nothing from team-b
+    assert sorted(api.evictions) == ["team-b/b1-0", "team-b/b1-1"]
+    for e in reclaimed_events(api):
+        assert "by its gang team-b/b4" in e["message"], e["message"]
+    assert gates(api, "team-a/a1-0") != []
