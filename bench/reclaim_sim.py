@@ -9,7 +9,11 @@ ways:
   limit, reclaim off: what is lent stays lent until the borrower's gang ends;
 - ``cpsat-reclaim``: the same quotas with ``solver.reclaim`` on (``minRuntimeSeconds`` 300,
   ``maxGangsPerWindow`` 4): a tenant waiting within its quota evicts borrowed gangs, which go
-  back to their queue and start over.
+  back to their queue and start over;
+- ``cpsat-preempt``: tenants without quotas (as ``cpsat``) and preemption within a tenant on
+  (``solver.reclaim.preemptWithinTenant``, the same minimum run time and bound): a waiting gang
+  evicts its own tenant's running gangs of lower priority (the generated workload's batch
+  gangs have priority 1, every other gang 0).
 
 Prints one markdown table (medians over seeds) and each tenant's got/fair ratio per seed. The
 issue's target: every tenant >= 0.95 of its weighted fair share while backlogged.
@@ -34,7 +38,7 @@ from solver.simulate.timed import TimedConfig, TimedResult, simulate_timed  # no
 from solver.simulate.timed_scenario import Scenario  # noqa: E402
 from solver.types import MILLI, Reclaim  # noqa: E402
 
-ROWS = ("cpsat", "cpsat-quota", "cpsat-reclaim")
+ROWS = ("cpsat", "cpsat-quota", "cpsat-reclaim", "cpsat-preempt")
 
 
 def with_quotas(scenario: Scenario, reclaim: bool) -> Scenario:
@@ -46,6 +50,13 @@ def with_quotas(scenario: Scenario, reclaim: bool) -> Scenario:
     policy = replace(scenario.policy, reclaim=Reclaim(enabled=reclaim, min_run_s=300.0,
                                                       max_gangs=4))
     return replace(scenario, tenants=tenants, policy=policy)
+
+
+def with_preemption(scenario: Scenario) -> Scenario:
+    """The scenario as it ships (no quotas) with preemption within a tenant on."""
+    policy = replace(scenario.policy, reclaim=Reclaim(enabled=False, min_run_s=300.0,
+                                                      max_gangs=4, preempt_within_tenant=True))
+    return replace(scenario, policy=policy)
 
 
 def figures(r: TimedResult) -> dict[str, float]:
@@ -64,7 +75,7 @@ def figures(r: TimedResult) -> dict[str, float]:
 
 def run(base: Scenario, seed: int, limit: float) -> dict[str, dict[str, float]]:
     scenarios = {"cpsat": base, "cpsat-quota": with_quotas(base, False),
-                 "cpsat-reclaim": with_quotas(base, True)}
+                 "cpsat-reclaim": with_quotas(base, True), "cpsat-preempt": with_preemption(base)}
     out = {}
     for label in ROWS:
         cfg = TimedConfig(policy="cpsat", seed=seed, time_limit_s=limit, deadline_factor=1.0,

@@ -188,3 +188,62 @@ def test_a_tenant_within_its_quota_reclaims_a_borrowed_gang_whole(
         finally:
             with contextlib.suppress(ApiException):
                 apps.delete_namespaced_replica_set("borrow", a)
+
+
+def _preempting_policy(doc: dict[str, Any]) -> None:
+    _policy(doc)
+    doc["solver"]["reclaim"] = {"enabled": False, "preemptWithinTenant": True,
+                                "minRuntimeSeconds": MIN_RUN_S, "maxGangsPerWindow": 4}
+    for tenant in doc["tenants"]:
+        tenant["quota"] = {"gpus": 8}
+
+
+def test_a_higher_priority_gang_preempts_its_own_tenants_gang_whole(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], tmp_path: Path, a100_node: str,
+) -> None:
+    """Preemption within a tenant (solver.reclaim.preemptWithinTenant): team-a's gang of
+    priority 0 runs 6 of the node's 8 GPUs; team-a's pod of priority 5 asking for 4 evicts it
+    whole through the Eviction API, its pods say who preempted them, and the new pod runs."""
+    a = tenant_namespaces["team-a"]
+    core = cluster.core
+    apps = client.AppsV1Api(cluster.api)
+    with berth_webhook(cluster, tmp_path / "berth", tenant_namespaces, serve=True,
+                       edit_policy=_preempting_policy) as hook:
+        try:
+            apps.create_namespaced_replica_set(a, _replica_set("low", replicas=2, gpus=3))
+            first = eventually(lambda: _live(core.list_namespaced_pod(
+                a, label_selector="app=low").items),
+                lambda ps: len(ps) == 2 and all(p.status.phase == "Running" for p in ps),
+                timeout=90, what="the low-priority gang to run")
+            old = {p.metadata.name for p in first}
+            conditions = Conditions(core, a)
+            time.sleep(MIN_RUN_S + 1)
+            core.create_namespaced_pod(a, pod_manifest(
+                "urgent", gpus=4, annotations={c.ANNOTATION_PRIORITY: "5"}))
+            eventually(lambda: {p.metadata.name for p in core.list_namespaced_pod(
+                a, label_selector="app=low").items},
+                lambda names: not (names & old), timeout=90,
+                what="both pods of the low-priority gang to be evicted")
+            events = eventually(lambda: [
+                e for e in core.list_namespaced_event(a).items
+                if e.reason == c.EVENT_RECLAIMED and e.involved_object.name in old],
+                lambda es: {e.involved_object.name for e in es} == old, timeout=30,
+                what="an Event on each preempted pod")
+            for e in events:
+                assert "preempted within tenant team-a by its gang" in e.message, e.message
+            conditions.stop()
+            for name in old:
+                msgs = [m for s, r, m in conditions.seen.get(name, [])
+                        if s == "True" and r == c.REASON_RECLAIM]
+                assert msgs and all("preempted" in m for m in msgs), (name, conditions.seen)
+            urgent = eventually(lambda: core.read_namespaced_pod("urgent", a),
+                                lambda p: p.status.phase == "Running", timeout=60,
+                                what="the higher-priority pod to run")
+            assert urgent.spec.node_name == a100_node
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- berth serve log:\n{_log_tail(hook)}") from None
+        finally:
+            with contextlib.suppress(ApiException):
+                apps.delete_namespaced_replica_set("low", a)
+            with contextlib.suppress(ApiException):
+                core.delete_namespaced_pod("urgent", a, grace_period_seconds=0)
