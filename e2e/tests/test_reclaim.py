@@ -111,6 +111,24 @@ def _log_tail(hook: BerthWebhook) -> str:
     return "\n".join(hook.log.read_text(errors="replace").splitlines()[-40:])
 
 
+def _evicted_whole(core: client.CoreV1Api, ns: str, app: str, old: set[str],
+                   says: str) -> None:
+    """Every pod of ``old`` (the gang of ReplicaSet ``app``) gone, each with an Event of
+    Berth's controller saying ``says``."""
+    eventually(lambda: {p.metadata.name for p in core.list_namespaced_pod(
+        ns, label_selector=f"app={app}").items},
+        lambda names: not (names & old), timeout=90,
+        what=f"every pod of gang {app} to be evicted")
+    events = eventually(lambda: [
+        e for e in core.list_namespaced_event(ns).items
+        if e.reason == c.EVENT_RECLAIMED and e.involved_object.name in old],
+        lambda es: {e.involved_object.name for e in es} == old, timeout=30,
+        what="a Reclaimed Event on each evicted pod")
+    for e in events:
+        assert e.source.component == "berth-controller", e
+        assert says in e.message, e.message
+
+
 def test_a_tenant_within_its_quota_reclaims_a_borrowed_gang_whole(
     cluster: E2ECluster, tenant_namespaces: dict[str, str], tmp_path: Path, a100_node: str,
 ) -> None:
@@ -133,18 +151,7 @@ def test_a_tenant_within_its_quota_reclaims_a_borrowed_gang_whole(
             # team-b asks for 4 of its own 6 GPUs; only 2 are free
             core.create_namespaced_pod(b, pod_manifest("reclaimer", gpus=4))
             # the borrowed gang is evicted whole ...
-            eventually(lambda: {p.metadata.name for p in core.list_namespaced_pod(
-                a, label_selector="app=borrow").items},
-                lambda names: not (names & old), timeout=90,
-                what="both pods of the borrowed gang to be evicted")
-            events = eventually(lambda: [
-                e for e in core.list_namespaced_event(a).items
-                if e.reason == c.EVENT_RECLAIMED and e.involved_object.name in old],
-                lambda es: {e.involved_object.name for e in es} == old, timeout=30,
-                what="a Reclaimed Event on each evicted pod")
-            for e in events:
-                assert e.source.component == "berth-controller", e
-                assert "reclaimed by tenant team-b" in e.message, e.message
+            _evicted_whole(core, a, "borrow", old, "reclaimed by tenant team-b")
             conditions.stop()
             for name in old:
                 reasons = {r for status, r, _ in conditions.seen.get(name, [])
@@ -220,17 +227,7 @@ def test_a_higher_priority_gang_preempts_its_own_tenants_gang_whole(
             time.sleep(MIN_RUN_S + 1)
             core.create_namespaced_pod(a, pod_manifest(
                 "urgent", gpus=4, annotations={c.ANNOTATION_PRIORITY: "5"}))
-            eventually(lambda: {p.metadata.name for p in core.list_namespaced_pod(
-                a, label_selector="app=low").items},
-                lambda names: not (names & old), timeout=90,
-                what="both pods of the low-priority gang to be evicted")
-            events = eventually(lambda: [
-                e for e in core.list_namespaced_event(a).items
-                if e.reason == c.EVENT_RECLAIMED and e.involved_object.name in old],
-                lambda es: {e.involved_object.name for e in es} == old, timeout=30,
-                what="an Event on each preempted pod")
-            for e in events:
-                assert "preempted within tenant team-a by its gang" in e.message, e.message
+            _evicted_whole(core, a, "low", old, "preempted within tenant team-a by its gang")
             conditions.stop()
             for name in old:
                 msgs = [m for s, r, m in conditions.seen.get(name, [])

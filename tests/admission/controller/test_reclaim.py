@@ -48,6 +48,16 @@ def reclaimed_events(api: FakeApi) -> list[dict[str, Any]]:
     return [e for e in api.events if e["reason"] == "Reclaimed"]
 
 
+def assert_b1_evicted_whole(api: FakeApi, report: Any, says: str) -> None:
+    """Gang team-b/b1 (both pods, nothing else) evicted in one complete eviction, an Event on
+    each pod saying ``says``."""
+    assert sorted(api.evictions) == ["team-b/b1-0", "team-b/b1-1"]
+    assert [r.complete for r in report.evictions] == [True]
+    events = reclaimed_events(api)
+    assert sorted(e["involvedObject"]["name"] for e in events) == ["b1-0", "b1-1"]
+    assert all(says in e["message"] for e in events), [e["message"] for e in events]
+
+
 def test_a_tenant_within_its_quota_reclaims_a_borrowed_gang_whole() -> None:
     api, clock = FakeApi(), FakeClock()
     ctl = borrowed(api, clock)
@@ -56,12 +66,7 @@ def test_a_tenant_within_its_quota_reclaims_a_borrowed_gang_whole() -> None:
     ctl.relist()
     report = ctl.run_cycle()
     # the lowest priority gang goes, both of its pods, nothing else
-    assert sorted(api.evictions) == ["team-b/b1-0", "team-b/b1-1"]
-    assert [r.complete for r in report.evictions] == [True]
-    events = reclaimed_events(api)
-    assert sorted(e["involvedObject"]["name"] for e in events) == ["b1-0", "b1-1"]
-    assert all("reclaimed by tenant team-a for its gang team-a/a1" in e["message"]
-               for e in events)
+    assert_b1_evicted_whole(api, report, "reclaimed by tenant team-a for its gang team-a/a1")
     # the reclaiming gang is released in the same cycle, pinned where the evicted pods were
     # (the scheduler binds it once they are gone)
     assert gates(api, "team-a/a1-0") == []
@@ -240,12 +245,8 @@ def test_a_higher_priority_gang_preempts_its_own_tenants_gang_and_says_so() -> N
     api.add_pod(_prioritised("b3", "team-b", 4, 9, clock()))
     ctl.relist()
     report = ctl.run_cycle()
-    assert sorted(api.evictions) == ["team-b/b1-0", "team-b/b1-1"]
-    assert [r.complete for r in report.evictions] == [True]
-    events = reclaimed_events(api)
-    assert sorted(e["involvedObject"]["name"] for e in events) == ["b1-0", "b1-1"]
-    assert all("preempted within tenant team-b by its gang team-b/b3 of higher priority"
-               in e["message"] for e in events)
+    assert_b1_evicted_whole(
+        api, report, "preempted within tenant team-b by its gang team-b/b3 of higher priority")
     assert gates(api, "team-b/b3-0") == []
 
 
