@@ -301,8 +301,9 @@ class Learner:
 
     def estimate(self, pod: Obj, tenant: str | None) -> float | None:
         """The learned run time of ``pod``'s kind (None: learning off, too few finished, or
-        no tenant)."""
-        if tenant is None:
+        no tenant). While learning is off nothing of the pod is read: the snapshot asks this of
+        every running pod each cycle."""
+        if tenant is None or not self._history.settings.enabled:
             return None
         kind = self.kind(pod, tenant)
         if kind is None:

@@ -62,9 +62,10 @@ def picture(view: ClusterView, now: datetime) -> Picture:
     # run times learned from the finished pods the API server holds, as a leader learns them
     # when it starts (policy solver.learnedRuntimes; runtimes.Learner)
     learner = Learner(settings.solver_policy.learned_runtimes)
-    for pod in view.pods:
-        if tr.is_finished(pod):
-            learner.observe(pod, trust.tenant_of(pod, settings))
+    if settings.solver_policy.learned_runtimes.enabled:
+        for pod in view.pods:
+            if tr.is_finished(pod):
+                learner.observe(pod, trust.tenant_of(pod, settings))
     try:
         built = build(snap_view, settings, now, learner=learner)
     except (ProblemError, TranslationError, ValueError) as exc:

@@ -111,6 +111,14 @@ def _log_tail(hook: BerthWebhook) -> str:
     return "\n".join(hook.log.read_text(errors="replace").splitlines()[-40:])
 
 
+def _running_gang(core: client.CoreV1Api, ns: str, app: str) -> list[Any]:
+    """The two pods of ReplicaSet ``app``'s gang, once both run."""
+    return eventually(lambda: _live(core.list_namespaced_pod(
+        ns, label_selector=f"app={app}").items),
+        lambda ps: len(ps) == 2 and all(p.status.phase == "Running" for p in ps),
+        timeout=90, what=f"gang {app} to run")
+
+
 def _evicted_whole(core: client.CoreV1Api, ns: str, app: str, old: set[str],
                    says: str) -> None:
     """Every pod of ``old`` (the gang of ReplicaSet ``app``) gone, each with an Event of
@@ -140,10 +148,7 @@ def test_a_tenant_within_its_quota_reclaims_a_borrowed_gang_whole(
         try:
             # team-a runs 6 GPUs, 4 of them borrowed from team-b's idle quota
             apps.create_namespaced_replica_set(a, _replica_set("borrow", replicas=2, gpus=3))
-            first = eventually(lambda: _live(core.list_namespaced_pod(
-                a, label_selector="app=borrow").items),
-                lambda ps: len(ps) == 2 and all(p.status.phase == "Running" for p in ps),
-                timeout=90, what="the borrowing gang to run")
+            first = _running_gang(core, a, "borrow")
             assert {p.spec.node_name for p in first} == {a100_node}
             old = {p.metadata.name for p in first}
             conditions = Conditions(core, a)
@@ -218,10 +223,7 @@ def test_a_higher_priority_gang_preempts_its_own_tenants_gang_whole(
                        edit_policy=_preempting_policy) as hook:
         try:
             apps.create_namespaced_replica_set(a, _replica_set("low", replicas=2, gpus=3))
-            first = eventually(lambda: _live(core.list_namespaced_pod(
-                a, label_selector="app=low").items),
-                lambda ps: len(ps) == 2 and all(p.status.phase == "Running" for p in ps),
-                timeout=90, what="the low-priority gang to run")
+            first = _running_gang(core, a, "low")
             old = {p.metadata.name for p in first}
             conditions = Conditions(core, a)
             time.sleep(MIN_RUN_S + 1)
