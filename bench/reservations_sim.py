@@ -81,7 +81,10 @@ class Row:
 
 ROWS = (Row("cpsat", "cpsat", True), Row("cpsat-norecords", "cpsat", True, records=False),
         Row("cpsat-nodeadlines", "cpsat", False),
-        Row("bestfit", "bestfit", False), Row("fgd", "fgd", False),
+        Row("bestfit", "bestfit", False),
+        # best-fit in Berth's own queue order, deadlines known: short runs first
+        # (policy solver.queueing); what the queue's order gives without the engine
+        Row("bestfit-deadlines", "bestfit", True), Row("fgd", "fgd", False),
         Row("kueue", "kueue", False), Row("volcano", "volcano", False))
 #: The rows of the ``--quotas`` setup (bench_compare.py's quotas, borrowing and reclaim).
 QUOTA_ROWS = (Row("cpsat", "cpsat", True), Row("bestfit", "bestfit", False),
@@ -223,7 +226,8 @@ def table(title: str, runs: list[dict[str, dict[str, float]]],
             lines += ["", "p99 per seed (" + " / ".join(row.label for row in rows)
                       + f"): {per}."]
         return [*lines, ""]
-    lines += [f"{against(runs, other)}" for other in ("kueue", "volcano") if other in labels]
+    lines += [f"{against(runs, other)}" for other in ("kueue", "volcano", "bestfit-deadlines")
+              if other in labels]
     if "cpsat-nodeadlines" not in labels:
         if len(runs) > 1:
             per = ", ".join(" / ".join(f"{r[k]['p99']:.0f}" for k in ("cpsat", "bestfit", "kueue",

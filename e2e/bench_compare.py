@@ -637,6 +637,10 @@ def berth_policy(workload: Workload, namespaces: Mapping[str, str], *, backend: 
     rsv["afterSeconds"] = rsv.get("afterSeconds", 300) / compress
     rsv["horizonSeconds"] = rsv.get("horizonSeconds", 21600) / compress
     rsv["holdAheadSeconds"] = rsv.get("holdAheadSeconds", 600) / compress
+    queueing = solver.setdefault("queueing", {})
+    queueing["shortRunSeconds"] = queueing.get("shortRunSeconds", 3600) / compress
+    if queueing.get("keepOrderAfterSeconds", 30) is not None:
+        queueing["keepOrderAfterSeconds"] = queueing.get("keepOrderAfterSeconds", 30) / compress
     # Kueue (reclaimWithinCohort: Any) and Volcano (the reclaim action) take lent quota back
     # for a tenant waiting within its quota; so does standalone Berth here (off by default).
     # Without it a tenant that asks for less than its share waits for borrowers to end (openb,

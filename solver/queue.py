@@ -8,22 +8,53 @@ the gang's pods show.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from solver.fairshare import boosts
 from solver.rules import quota_problems
-from solver.types import Gang, Snapshot
+from solver.types import Gang, Queueing, Snapshot
+
+
+def short_run_bonus(gang: Gang, queueing: Queueing) -> float:
+    """The priority points ``gang`` gains for a short enforced run-time limit
+    (:attr:`solver.types.Gang.runtime_s`; :class:`solver.types.Queueing`): the full bonus at
+    0 s, none at ``short_run_s`` or longer, none without a limit. Only an enforced limit
+    counts: a gang that asks to go first for a short run is stopped when the run is over, so
+    a tenant gains nothing by understating it."""
+    if gang.runtime_s is None or queueing.short_run_bonus <= 0:
+        return 0.0
+    return queueing.short_run_bonus * max(0.0, 1.0 - gang.runtime_s / queueing.short_run_s)
+
+
+def gang_boost(gang: Gang, boost: Mapping[str, float], queueing: Queueing) -> float:
+    """What ``gang``'s effective priority adds to its priority and aging: its tenant's
+    fair-share boost (``boost``, :func:`solver.fairshare.boosts`) and its short-run bonus."""
+    return boost.get(gang.tenant, 0.0) + short_run_bonus(gang, queueing)
 
 
 def queue_order(snapshot: Snapshot) -> list[Gang]:
     """The snapshot's gangs by effective priority (priority plus ``aging_per_hour`` per hour
-    waited, plus the tenant's fair-share boost: :func:`solver.fairshare.boosts`), highest
-    first; equal ones keep their snapshot order."""
+    waited, plus the tenant's fair-share boost: :func:`solver.fairshare.boosts`, plus the
+    short-run bonus: :func:`short_run_bonus`), highest first; equal ones keep their snapshot
+    order."""
     aging = snapshot.policy.weights.aging_per_hour
     boost = boosts(snapshot)
+    queueing = snapshot.policy.queueing
     return sorted(snapshot.gangs,
                   key=lambda g: -(g.priority + aging * g.wait_seconds / 3600.0
-                                  + boost.get(g.tenant, 0.0)))
+                                  + gang_boost(g, boost, queueing)))
+
+
+def kept_in_order(snapshot: Snapshot, admitted: Iterable[str]) -> frozenset[str]:
+    """Of the gangs ``admitted`` (by best-fit in queue order, or by the plan the model starts
+    from), those that have waited at least ``policy.queueing.keep_order_after_s``: the window
+    starts them whatever else it finds (:class:`solver.types.Queueing`). Empty when the policy
+    turns this off."""
+    after = snapshot.policy.queueing.keep_order_after_s
+    if after is None:
+        return frozenset()
+    waited = {g.name for g in snapshot.gangs if g.wait_seconds >= after}
+    return frozenset(name for name in admitted if name in waited)
 
 
 def tenant_turns(snapshot: Snapshot) -> list[Gang]:

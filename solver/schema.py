@@ -31,6 +31,7 @@ from solver.types import (
     PodRequest,
     ProblemError,
     QoSProfile,
+    Queueing,
     Reclaim,
     Reservations,
     Running,
@@ -307,7 +308,9 @@ POD_FIELDS = ("name", "replicas", "cpu_milli", "memory_mib", "gpu_count", "gpu_m
 REQ_FIELDS = ("key", "operator", "values")
 TOLERATION_FIELDS = ("key", "operator", "value", "effect")
 POLICY_FIELDS = ("weights", "topology_levels", "qos_classes", "idle_watts", "active_watts",
-                 "typical_pods", "reservations", "reclaim", "fair_sharing", "target_workload")
+                 "typical_pods", "reservations", "reclaim", "fair_sharing", "target_workload",
+                 "queueing")
+QUEUEING_FIELDS = ("short_run_bonus", "short_run_s", "keep_order_after_s")
 FAIR_SHARING_FIELDS = ("half_life_s", "boost")
 TARGET_WORKLOAD_FIELDS = ("half_life_s",)
 RESERVATION_FIELDS = ("max_gangs", "after_s", "horizon_s", "hold_ahead_s")
@@ -694,10 +697,25 @@ def parse_policy(r: _Reader, value: object, path: str = "policy") -> SolverPolic
         if td is not None:
             target = r.build(tp, TargetWorkload, r.number(
                 td, "half_life_s", tp, default=target.half_life_s, lo=0.0)) or target
+    queueing = Queueing()
+    if d.get("queueing") is not None:
+        qp = f"{path}.queueing"
+        qd = r.obj(d["queueing"], qp, QUEUEING_FIELDS)
+        if qd is not None:
+            # keep_order_after_s: left out, the default; null, off
+            after = (None if "keep_order_after_s" in qd and qd["keep_order_after_s"] is None
+                     else r.number(qd, "keep_order_after_s", qp,
+                                   default=queueing.keep_order_after_s or 0.0, lo=0.0))
+            queueing = r.build(
+                qp, Queueing,
+                r.number(qd, "short_run_bonus", qp, default=queueing.short_run_bonus, lo=0.0,
+                         hi=MAX_WEIGHT),
+                r.number(qd, "short_run_s", qp, default=queueing.short_run_s, lo=1.0),
+                after) or queueing
     return SolverPolicy(weights, levels, tuple(classes),
                         r.num_map(d, "idle_watts", path, hi=MAX_WATTS),
                         r.num_map(d, "active_watts", path, hi=MAX_WATTS), tuple(typical),
-                        reservations, reclaim, fair_sharing, target)
+                        reservations, reclaim, fair_sharing, target, queueing=queueing)
 
 
 def parse_snapshot(data: object) -> Snapshot:
@@ -844,5 +862,8 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
             "fair_sharing": {"half_life_s": pol.fair_sharing.half_life_s,
                              "boost": pol.fair_sharing.boost},
             "target_workload": {"half_life_s": pol.target_workload.half_life_s},
+            "queueing": {"short_run_bonus": pol.queueing.short_run_bonus,
+                         "short_run_s": pol.queueing.short_run_s,
+                         "keep_order_after_s": pol.queueing.keep_order_after_s},
         },
     }

@@ -500,6 +500,31 @@ class Reclaim:
 
 
 @dataclass(frozen=True, slots=True)
+class Queueing:
+    """What orders the queue beyond priority, aging and fair share, and what the window's
+    packing may not change of that order (solver/queue.py, docs/queueing.md).
+
+    ``short_run_bonus``: priority points a gang with an enforced run-time limit
+    (:attr:`Gang.runtime_s`: a deadline, never a declared estimate) gains: in full for a limit
+    of 0 s, falling linearly to none at ``short_run_s`` and beyond (short runs first, as a
+    batch system's backfill favours jobs with short wall-time limits; 0: off).
+    ``keep_order_after_s``: a gang that has waited at least this long and that best-fit in queue
+    order starts in this window is started: the order search and CP-SAT may add gangs and
+    choose nodes, never leave it waiting for a better packing (None: off)."""
+
+    short_run_bonus: float = 1.0
+    short_run_s: float = 3600.0
+    keep_order_after_s: float | None = 30.0
+
+    def __post_init__(self) -> None:
+        _amount(self.short_run_bonus, MAX_WEIGHT, "policy.queueing.short_run_bonus")
+        _within(self.short_run_s, 1.0, MAX_WAIT_SECONDS, "policy.queueing.short_run_s")
+        if self.keep_order_after_s is not None:
+            _amount(self.keep_order_after_s, MAX_WAIT_SECONDS,
+                    "policy.queueing.keep_order_after_s")
+
+
+@dataclass(frozen=True, slots=True)
 class FairSharing:
     """Fair share judged over time (solver/fairshare.py): each tenant's held GPU time and its
     fair share are averaged with a half-life of ``half_life_s`` (0: off, one window is judged
@@ -569,6 +594,7 @@ class SolverPolicy:
     fair_sharing: FairSharing = field(default_factory=FairSharing)
     target_workload: TargetWorkload = field(default_factory=TargetWorkload)
     learned_runtimes: LearnedRuntimes = field(default_factory=LearnedRuntimes)
+    queueing: Queueing = field(default_factory=Queueing)
 
     def __post_init__(self) -> None:
         for kind, watts in (("idle_watts", self.idle_watts), ("active_watts", self.active_watts)):

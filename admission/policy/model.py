@@ -327,6 +327,15 @@ class LearnedRuntimes(_Model):
         return self
 
 
+class Queueing(_Model):
+    short_run_bonus: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 1.0
+    short_run_seconds: Annotated[float, Field(ge=1, le=MAX_SECONDS,
+                                              allow_inf_nan=False)] = 3600.0
+    # null: off (the order search and CP-SAT may leave any gang waiting for a better packing)
+    keep_order_after_seconds: Annotated[float | None, Field(ge=0, le=MAX_SECONDS,
+                                                            allow_inf_nan=False)] = 30.0
+
+
 class SolverSettings(_Model):
     time_limit_seconds: Annotated[float, Field(gt=0, le=600, allow_inf_nan=False)] = 5.0
     weights: ObjectiveWeights = ObjectiveWeights()
@@ -335,6 +344,7 @@ class SolverSettings(_Model):
     fair_sharing: FairSharing = FairSharing()
     target_workload: TargetWorkload = TargetWorkload()
     learned_runtimes: LearnedRuntimes = LearnedRuntimes()
+    queueing: Queueing = Queueing()
 
 
 class Release(_Model):

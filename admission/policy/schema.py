@@ -210,6 +210,18 @@ FIELD_DOCS: dict[str, str] = {
     "LearnedRuntimes.samples": "The last finished pods of each kind remembered (the median is "
     "over these); at least `minSamples`. The record lives in the controller: a new leader "
     "learns again from the finished pods the API server still holds.",
+    "SolverSettings.queueing": "What orders the queue beyond priority, aging and fair "
+    "share, and what the window's packing may not change of that order (docs/queueing.md).",
+    "Queueing.shortRunBonus": "Priority points a gang gains for a short enforced run-time "
+    "limit (every pod's own `activeDeadlineSeconds`, or Kueue's max-execution-time label with "
+    "the kueue backend; never `berth.dev/expected-runtime`): in full at 0 s, falling linearly "
+    "to none at `shortRunSeconds`; a gang without such a limit gains none. Short runs first; "
+    "0 turns it off.",
+    "Queueing.shortRunSeconds": "The run-time limit at and beyond which a gang gains no "
+    "short-run bonus.",
+    "Queueing.keepOrderAfterSeconds": "A gang that has waited this long and that best-fit in "
+    "queue order would start in this window is started: the order search and CP-SAT may add "
+    "gangs and choose nodes, never leave it waiting for a better packing. null turns it off.",
     "FairSharing.boost": "Priority points a tenant's gangs gain at a deficit of 100 % (it got "
     "nothing of its share), in proportion below; a tenant above its share gains nothing.",
     "ObjectiveWeights.demand": "Admitted priority-weighted GPU demand (the term the others "

@@ -13,6 +13,7 @@ from solver.types import (
     FairSharing,
     LearnedRuntimes,
     QoSProfile,
+    Queueing,
     Reclaim,
     Reservations,
     SolverPolicy,
@@ -59,6 +60,7 @@ def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
     w = policy.solver.weights
     r = policy.solver.reservations
     rc = policy.solver.reclaim
+    q = policy.solver.queueing
     solver_policy = SolverPolicy(
         weights=Weights(
             demand=w.demand,
@@ -85,6 +87,8 @@ def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
             enabled=policy.solver.learned_runtimes.enabled,
             min_samples=policy.solver.learned_runtimes.min_samples,
             samples=policy.solver.learned_runtimes.samples),
+        queueing=Queueing(short_run_bonus=q.short_run_bonus, short_run_s=q.short_run_seconds,
+                          keep_order_after_s=q.keep_order_after_seconds),
         qos_classes=tuple(solver_qos(q) for q in policy.qos_classes),
         # the same GPU published through DRA is <model>@dra to the solver (docs/dra.md)
         idle_watts={name: m.idle_watts for m in policy.gpu_models for name in _names(m.name)},

@@ -153,9 +153,12 @@ def _queue_lines(pic: Picture, info: GangInfo, ahead: int) -> list[str]:
     first = sorted((k for k in pending if overall[k] < overall.get(info.key, 0)),
                    key=lambda k: overall[k])[:AHEAD_SHOWN]
     aging = snap.policy.weights.aging_per_hour
+    q = snap.policy.queueing
+    short = (f", plus up to {q.short_run_bonus:g} for a deadline shorter than "
+             f"{q.short_run_s:g} s" if q.short_run_bonus > 0 else "")
     verb = "comes" if ahead == 1 else "come"
     return [f"{_plural(ahead, 'gang')} of {info.tenant} {verb} first in the solver's order "
-            f"(priority, plus {aging:g} per hour waited): {', '.join(first)}"
+            f"(priority, plus {aging:g} per hour waited{short}): {', '.join(first)}"
             + (" ..." if ahead > len(first) else "")]
 
 

@@ -19,6 +19,7 @@ from solver.baselines import ClusterArrays
 from solver.cpsat.qos import QosRules
 from solver.fairshare import boosts
 from solver.plan import Plan
+from solver.queue import gang_boost
 from solver.rules import topology_domain
 from solver.types import GPU, MILLI, Gang, PodRequest, Snapshot, Weights
 
@@ -39,8 +40,9 @@ PER_POD_NODES = 8
 
 
 def priority_weight(gang: Gang, weights: Weights, boost: float = 0.0) -> float:
-    """How much one milli-GPU of this gang is worth: priority plus aging plus its tenant's
-    fair-share ``boost`` (:func:`solver.fairshare.boosts`, >= 0), never below 1.
+    """How much one milli-GPU of this gang is worth: priority plus aging plus ``boost``
+    (its tenant's fair-share boost and its short-run bonus, :func:`solver.queue.gang_boost`,
+    >= 0), never below 1.
 
     Aging adds ``aging_per_hour`` per hour waited, so a low-priority gang eventually outranks a
     fresh high-priority one and nothing starves.
@@ -64,7 +66,8 @@ def plan_weighted_demand(snapshot: Snapshot, plan: Plan) -> float:
     by_name = {g.name: g for g in snapshot.gangs}
     w = snapshot.policy.weights
     boost = boosts(snapshot)
-    return sum(weighted_demand(by_name[a.gang], w, boost.get(by_name[a.gang].tenant, 0.0))
+    queueing = snapshot.policy.queueing
+    return sum(weighted_demand(by_name[a.gang], w, gang_boost(by_name[a.gang], boost, queueing))
                for a in plan.admitted if a.gang in by_name)
 
 
@@ -119,8 +122,9 @@ class Instance:
         if self._values is None:
             w = self.weights
             boost = boosts(self.snapshot)
+            queueing = self.snapshot.policy.queueing
             raw = [OBJECTIVE_SCALE * w.demand * gang_demand_milli(gang)
-                   * priority_weight(gang, w, boost.get(gang.tenant, 0.0))
+                   * priority_weight(gang, w, gang_boost(gang, boost, queueing))
                    for gang in self.gangs]
             total = sum(raw)
             scale = DEMAND_TERM_LIMIT / total if total > DEMAND_TERM_LIMIT else 1.0

@@ -27,6 +27,7 @@ from solver.cpsat import (
     fragmentation,
     gang,
     interference,
+    order,
     priority,
     quota,
     stay,
@@ -42,6 +43,7 @@ BuildFn = Callable[[Instance, cp_model.CpModel, Vars], list[Term]]
 # Every concern, in the order the recipe applies them.
 CONCERNS: tuple[tuple[str, BuildFn], ...] = (
     ("gang", gang.build),
+    ("order", order.build),
     ("capacity", capacity.build),
     ("topology", topology.build),
     ("quota", quota.build),

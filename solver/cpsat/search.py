@@ -72,8 +72,8 @@ from solver.cpsat.instance import weighted_demand
 from solver.fairshare import boosts
 from solver.names import SolverName
 from solver.plan import Deferred, GangPlacement, Plan, SolveStats
-from solver.queue import queue_order
-from solver.types import Gang, Snapshot, TopologyMode, Weights
+from solver.queue import gang_boost, kept_in_order, queue_order
+from solver.types import Gang, Queueing, Snapshot, TopologyMode, Weights
 
 #: Most FGD passes one search makes.
 MAX_PASSES = 16
@@ -204,10 +204,15 @@ def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,
         placer = GangPlacer(work, policy, np.random.default_rng(seed),
                             steer=steer if policy == SolverName.FGD else None)
         results = [(gang, placer.place(gang)) for gang in order]
-        scores.append(_scored(results, work, weights, boost))
+        scores.append(_scored(results, work, weights, boost, snapshot.policy.queueing))
         plans.append(_split(results))
         work.rollback()
-    k = best_pass(scores, weights.fragmentation)
+    # the gangs that waited and that best-fit in queue order starts: only a pass that starts
+    # them all may be kept (the module docstring, "Keeping the queue's order")
+    keep = kept_in_order(snapshot, (a.gang for a in plans[0][0]))
+    eligible = [i for i, (placed, _) in enumerate(plans)
+                if keep <= {a.gang for a in placed}]
+    k = eligible[best_pass([scores[i] for i in eligible], weights.fragmentation)]
     admitted, deferred = plans[k]
     score, kept, made = scores[k], 0, 0
     if moves and len(queue) > 1:
@@ -215,7 +220,7 @@ def search(snapshot: Snapshot, arrays: ClusterArrays, *, seed: int,
         reorder = _Reorder(snapshot, work, policy, order, seed=seed,
                            steer=steer if policy == SolverName.FGD else None)
         moved, kept, made = reorder.improve(rng, moves, floor=scores[0].value,
-                                            frag_weight=weights.fragmentation)
+                                            frag_weight=weights.fragmentation, keep=keep)
         placed = reorder.plan()
         # the pass placed again is the pass that was ranked, so the moves only improve on it;
         # kept as a guard all the same
@@ -266,7 +271,7 @@ Placed = list[tuple[Gang, GangPlacement | str]]
 
 
 def _scored(placed: Placed, work: ClusterArrays, weights: Weights,
-            boost: Mapping[str, float]) -> PassScore:
+            boost: Mapping[str, float], queueing: Queueing) -> PassScore:
     """The :class:`PassScore` of ``placed``, with ``work`` as the placements left it."""
     value = aged = 0.0
     pods = 0
@@ -274,7 +279,7 @@ def _scored(placed: Placed, work: ClusterArrays, weights: Weights,
         if isinstance(result, str):
             continue
         value += gang.gpu_demand_milli * (1 + max(0, gang.priority))
-        aged += weighted_demand(gang, weights, boost.get(gang.tenant, 0.0))
+        aged += weighted_demand(gang, weights, gang_boost(gang, boost, queueing))
         pods += len(gang.pods)
     return PassScore(value, aged, pods, float(work.frag_stats()[3].sum()))
 
@@ -302,6 +307,7 @@ class _Reorder:
         self.work, self.policy, self.seed, self.steer = work, policy, seed, steer
         self.weights = snapshot.policy.weights
         self.boost = boosts(snapshot)
+        self.queueing = snapshot.policy.queueing
         self.order = list(order)
         self.results: list[GangPlacement | str] = []
         self.marks: list[int] = []  # the journal's length before each gang was placed
@@ -350,12 +356,14 @@ class _Reorder:
     def score(self) -> PassScore:
         """The order kept so far, scored as a pass is, on ``work`` as it stands."""
         return _scored(list(zip(self.order, self.results, strict=True)), self.work,
-                       self.weights, self.boost)
+                       self.weights, self.boost, self.queueing)
 
     def improve(self, rng: np.random.Generator, moves: int, *, floor: float,
-                frag_weight: float) -> tuple[PassScore, int, int]:
+                frag_weight: float, keep: frozenset[str] = frozenset(),
+                ) -> tuple[PassScore, int, int]:
         """Make up to ``moves`` moves, stopping after :data:`PATIENCE` in a row that found
-        nothing better; returns the final score, the moves kept and the moves made."""
+        nothing better; a move that leaves a gang of ``keep`` waiting is not kept. Returns the
+        final score, the moves kept and the moves made."""
         best, kept, idle = self.score(), 0, 0
         n = len(self.order)
         made = 0
@@ -366,14 +374,21 @@ class _Reorder:
             self._take_back(cut)
             self._place_from(cut, _shuffled(old_order, rng))
             score = self.score()
-            if score.value >= floor and rank_key(score, frag_weight) < rank_key(best,
-                                                                                  frag_weight):
+            if (score.value >= floor and rank_key(score, frag_weight) < rank_key(best, frag_weight)
+                    and self._starts(keep)):
                 best, kept, idle = score, kept + 1, 0
                 continue
             idle += 1
             self._take_back(cut)
             self._put_back(cut, old_order, old_results)
         return best, kept, made
+
+    def _starts(self, keep: frozenset[str]) -> bool:
+        """Whether the order as placed now starts every gang of ``keep``."""
+        if not keep:
+            return True
+        return keep <= {g.name for g, r in zip(self.order, self.results, strict=True)
+                        if not isinstance(r, str)}
 
     def plan(self) -> tuple[list[GangPlacement], list[Deferred]]:
         """The placements and deferrals of the order kept; ``work`` is rolled back."""

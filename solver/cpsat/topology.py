@@ -43,6 +43,11 @@ def build(inst: Instance, model: cp_model.CpModel, v: Vars) -> list[Term]:
             continue
         doms = _pod_domains(inst, v, gi, req.level)
         if req.mode is TopologyMode.REQUIRED:
+            if not doms:
+                # no pod of it can be in a domain of this level (CPU-only pods and NVLink):
+                # nothing to keep together, as the checker judges; without this the gang
+                # could never be admitted, though the order search and the checker admit it
+                continue
             # sel[g, d]: gang g sits entirely inside domain d
             sel = {d: model.new_bool_var(f"sel[{gang.name},{d}]") for d in sorted(doms)}
             model.add(sum(sel.values()) == v.admit[gi])

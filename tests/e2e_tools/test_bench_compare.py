@@ -100,6 +100,9 @@ def test_the_policy_berth_serves_is_valid_and_scaled(tmp_path: Path, backend: st
     assert all(t.can_borrow and t.borrow_limit_milli is None for t in tenants)
     assert policy.reservations.after_s == pytest.approx(300 / 30)
     assert policy.weights.aging_per_hour == pytest.approx(0.5 * 30)
+    # the short-run bonus and the keep-order wait are times of the workload: compressed too
+    assert policy.queueing.short_run_s == pytest.approx(3600 / 30)
+    assert policy.queueing.keep_order_after_s == pytest.approx(30 / 30)
     # standalone Berth reclaims lent quota as Kueue's ClusterQueues and Volcano's reclaim do;
     # in front of Kueue, Kueue reclaims
     assert policy.reclaim.enabled == (backend == "standalone")

@@ -17,6 +17,7 @@ from solver.types import (
     GpuShare,
     Node,
     PodRequest,
+    Queueing,
     Reservations,
     Running,
     Snapshot,
@@ -43,12 +44,20 @@ def running(name: str, node_name: str, gpus: range, remaining: float | None) -> 
                    remaining_s=remaining)
 
 
-def cluster(*gangs: Gang, remaining: float | None = 600.0, **policy: object) -> Snapshot:
+#: These tests take the queue as priority and aging alone: with the short-run bonus (on by
+#: default, tested in tests/solver/test_queue.py) a gang with a short deadline goes ahead of
+#: the big one instead of backfilling behind it (test_a_short_run_goes_ahead_of_a_reservation).
+NO_SHORT_FIRST = Queueing(short_run_bonus=0.0)
+
+
+def cluster(*gangs: Gang, remaining: float | None = 600.0, queueing: Queueing = NO_SHORT_FIRST,
+            **policy: object) -> Snapshot:
     """One 8-GPU node, 4 GPUs held by a pod expected to end in ``remaining`` s."""
     return Snapshot(nodes=(node("n0"),), gangs=gangs,
                     running=(running("r0", "n0", range(4), remaining),),
                     tenants=(Tenant("t"),),
-                    policy=SolverPolicy(reservations=Reservations(**policy)))  # type: ignore[arg-type]
+                    policy=SolverPolicy(reservations=Reservations(**policy),  # type: ignore[arg-type]
+                                        queueing=queueing))
 
 
 def decide(snapshot: Snapshot) -> tuple[set[str], dict[str, str]]:
@@ -86,11 +95,30 @@ def test_only_gangs_known_to_end_before_the_reserved_start_backfill() -> None:
     assert "reserved" in deferred["big"] and "long" in deferred and "unknown" in deferred
 
 
+def test_a_short_run_goes_ahead_of_a_reservation() -> None:
+    # with the short-run bonus (1 point, none at 3,600 s) a 900 s run outranks a big gang aged
+    # 1,000 s (0.75 against 0.14 points): it is ahead in the queue and takes a free GPU now,
+    # and the big gang's reservation is planned around it, at 900 s; further ahead than the
+    # hold lead (600 s), so nothing is held yet and a gang of no deadline fills the rest
+    admitted, deferred = decide(cluster(
+        gang("big", 8, wait=1000.0), gang("long", 1, wait=10.0, runtime=900.0),
+        gang("unknown", 1, wait=10.0), queueing=Queueing()))
+    assert admitted == {"long", "unknown"}
+    assert deferred["big"].startswith("reserved: expected to start in 900 s on n0")
+    # without the bonus the big gang is first: long may not backfill (it ends after 600 s)
+    admitted, deferred = decide(cluster(
+        gang("big", 8, wait=1000.0), gang("long", 1, wait=10.0, runtime=900.0),
+        gang("unknown", 1, wait=10.0)))
+    assert admitted == set()
+    assert deferred["big"].startswith("reserved: expected to start in 600 s on n0")
+
+
 def test_a_gang_kept_out_only_by_held_capacity_is_told_so() -> None:
     # n0's 4 free GPUs are held for big (start in 600 s); n1 is full with a pod of unknown end
     snap = Snapshot(
         nodes=(node("n0"), node("n1")), tenants=(Tenant("t"), Tenant("other")),
         running=(running("r0", "n0", range(4), 600.0), running("r1", "n1", range(8), None)),
+        policy=SolverPolicy(queueing=NO_SHORT_FIRST),
         gangs=(gang("big", 8, wait=1000.0, tenant="other"), gang("none", 1, wait=10.0),
                gang("long", 2, wait=10.0, runtime=900.0),
                gang("short", 2, wait=10.0, runtime=300.0),

@@ -7,8 +7,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from admission.controller.settings import Settings
 from admission.controller.snapshot import build
 from admission.controller.translate import remaining_s
+from solver.types import Queueing, SolverPolicy
 from tests.admission.controller.fakeapi import FakeApi
 from tests.admission.controller.harness import condition, controller, gates, settings
 from tests.admission.controller.objects import T0, FakeClock, node, pod
@@ -73,10 +75,17 @@ def test_a_big_gang_gets_a_reservation_and_small_pods_without_deadlines_wait() -
         assert gates(api, f"team-a/small-{i}") == ["berth.dev/admission"]
 
 
+def no_short_first() -> Settings:
+    """The queue as priority and aging alone: with the short-run bonus (policy
+    solver.queueing, on by default) a pod with a deadline shorter than an hour outranks the big
+    gang aged 1,000 s and goes first instead of backfilling behind it."""
+    return settings(solver_policy=SolverPolicy(queueing=Queueing(short_run_bonus=0.0)))
+
+
 def test_a_pod_whose_deadline_ends_before_the_reserved_start_backfills() -> None:
     api, clock = cluster(waiting("big", 8, age=1000), waiting("short", 2, age=10, deadline=300),
                          waiting("long", 2, age=10, deadline=3000))
-    ctl = controller(api, clock)
+    ctl = controller(api, clock, s=no_short_first())
     clock.advance(10)
     ctl.run_cycle()
     assert gates(api, "team-a/short") == []
@@ -84,7 +93,7 @@ def test_a_pod_whose_deadline_ends_before_the_reserved_start_backfills() -> None
 
 
 def test_without_deadlines_or_with_reservations_off_the_hole_is_filled() -> None:
-    from solver.types import Reservations, SolverPolicy
+    from solver.types import Reservations
     off = settings(solver_policy=SolverPolicy(reservations=Reservations(max_gangs=0)))
     for api, clock, s in (
             (*cluster(waiting("big", 8, age=1000), waiting("small", 1, age=10), deadline=None),
@@ -101,7 +110,7 @@ def test_without_deadlines_or_with_reservations_off_the_hole_is_filled() -> None
 def test_pods_kept_out_only_by_held_capacity_say_so_and_not_for_whom() -> None:
     api, clock = cluster(waiting("big", 8, age=1000, ns="team-b"), waiting("small", 1, age=10),
                          waiting("long", 2, age=10, deadline=3000))
-    ctl = controller(api, clock)
+    ctl = controller(api, clock, s=no_short_first())
     clock.advance(10)
     ctl.run_cycle()
     for key in ("team-a/small", "team-a/long"):

@@ -21,6 +21,7 @@ from admission.controller.settings import from_policy
 from admission.controller.snapshot import build
 from admission.controller.translate import rfc3339
 from admission.policy import Policy
+from solver.queue import queue_order
 from solver.reclaim import leaving
 from tests.admission.controller.fakeapi import FakeApi
 from tests.admission.controller.harness import condition, controller, gates, settings
@@ -73,6 +74,24 @@ def job_cluster(*pods: dict[str, Any], **job_kw: Any) -> tuple[FakeApi, FakeCloc
     for p in pods:
         api.add_pod(p)
     return api, FakeClock(NOW)
+
+
+def test_only_a_bound_the_tenant_cannot_stretch_moves_a_gang_up_the_queue() -> None:
+    """The short-run bonus (policy solver.queueing) reads the bound backfill reads: a declared
+    estimate or a Job's deadline, however short, gains nothing; the pod's own deadline, which
+    the kubelet enforces and the API server lets only be lowered, does."""
+    api, clock = job_cluster(
+        waiting("first", 1, age=20),
+        declaring(waiting("estimate", 1, age=10), "1m"),
+        owned(waiting("jobdl", 1, age=10)),  # Job "train": its deadline ends 600 s from NOW
+        waiting("own", 1, age=10, deadline=60))
+    ctl = controller(api, clock)
+    snap = build(ctl.inventory.view(), ctl.settings, clock()).snapshot
+    runtimes = {g.name: g.runtime_s for g in snap.gangs}
+    assert runtimes == {"team-a/first": None, "team-a/estimate": None, "team-a/jobdl": None,
+                        "team-a/own": 60.0}
+    order = [g.name for g in queue_order(snap)]
+    assert order[:2] == ["team-a/own", "team-a/first"]  # the others: aged least, no bonus
 
 
 # ------------------------------------------------------------------ the rules, one pod at a time

@@ -524,13 +524,14 @@ def test_a_creation_burst_is_decided_from_its_first_arrival_on() -> None:
 def test_while_gangs_wait_a_departure_settles_a_batch_and_an_arrival_does_not() -> None:
     sc = Scenario(nodes=(_node(gpus=1),), tenants=(Tenant("team-a"),),
                   arrivals=(TimedGang(_gang("g0"), 1.0, 15.0), TimedGang(_gang("g1"), 1.2, 25.0),
-                            TimedGang(_gang("g2"), 13.0, 5.0)),
+                            TimedGang(_gang("g2"), 13.0, 30.0)),
                   policy=WATTS)
     r = simulate_timed(sc, TimedConfig(policy="bestfit", window_s=10.0, settle_s=0.5))
     by = {o.gang: o.start_s for o in r.outcomes}
     # g0 and g1 arrive on a quiet cluster: one batch at 1.7 starts g0 and g1 waits. g2's
-    # arrival at 13.0 brings nothing forward; g0 leaving at 16.7 does (17.2, before the window
-    # at 21.7), and g1 starts; g1 leaving at 42.2 starts g2 at 42.7 (the window: 47.2)
+    # arrival at 13.0 brings nothing forward (its run, longer than g1's, puts it after g1 in
+    # the queue: policy.queueing's short-run bonus); g0 leaving at 16.7 does (17.2, before the
+    # window at 21.7), and g1 starts; g1 leaving at 42.2 starts g2 at 42.7 (the window: 47.2)
     assert by["g0"] == pytest.approx(1.7)
     assert by["g1"] == pytest.approx(17.2)
     assert by["g2"] == pytest.approx(42.7)
