@@ -44,6 +44,16 @@ after :data:`MAX_PASSES` passes goes to moves, at :data:`MOVE_COST` of a pass ea
 nothing better. The counts depend on the window, the cluster and the time limit only, never on
 measured time, so a solve stays reproducible for a fixed seed.
 
+Keeping the queue's order: a gang that has waited ``policy.queueing.keep_order_after_s`` and
+that the best-fit pass (queue order) starts must be started by the pass the search keeps, and
+by every move kept (:func:`solver.queue.kept_in_order`; the model is held to the same,
+:mod:`solver.cpsat.order`). The search still ranks every pass that starts them, and a pass
+may start more. Without this the ranking (admitted demand first) kept passes that left the
+queue's head waiting for a large gang a different order made fit, and in the timed replay the
+head's waits undid what serving short runs first had gained (bench/reservations_sim.md,
+"Keeping the queue's order, and short runs first"). Gangs in their first windows (below the
+wait; every pod of the FGD-protocol replay) are the passes' to trade as before.
+
 Why moves, and why only after the passes: on the FGD-protocol replay the allocation keeps
 growing with the search well past :data:`MAX_PASSES` (`gpushare60`, seed 42, 1 s a window,
 search and CP-SAT: unallocated % 8.36 with 10 passes, 8.27 with 16, 8.19 with 32, 8.14 with

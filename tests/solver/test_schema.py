@@ -116,6 +116,24 @@ def test_deadlines_and_reservations_are_read_and_bounded() -> None:
     assert any(e.startswith("policy.reservations.horizon: unknown field") for e in errors)
 
 
+def test_queueing_fields_are_read_bounded_and_round_tripped() -> None:
+    nodes = [{"name": "n", "cpu_milli": 1000, "memory_mib": 1000,
+              "gpus": {"count": 2, "model": "T4"}}]
+    q = parse_snapshot({"nodes": nodes, "policy": {"queueing": {
+        "short_run_bonus": 0.5, "short_run_s": 600, "keep_order_after_s": None}}}).policy.queueing
+    assert (q.short_run_bonus, q.short_run_s, q.keep_order_after_s) == (0.5, 600, None)
+    snap = parse_snapshot({"nodes": nodes, "policy": {"queueing": {"short_run_s": 60}}})
+    assert snap.policy.queueing.keep_order_after_s == 30.0  # left out: the default; null: off
+    assert parse_snapshot(json.loads(json.dumps(snapshot_to_dict(snap)))) == snap
+    off = parse_snapshot({"nodes": nodes, "policy": {"queueing": {"keep_order_after_s": None}}})
+    assert parse_snapshot(json.loads(json.dumps(snapshot_to_dict(off)))) == off
+    errors = _errors({"nodes": nodes, "policy": {"queueing": {
+        "short_run_bonus": -1, "short_run_s": 0, "keep_order_after_s": "soon", "bonus": 1}}})
+    for field in ("short_run_bonus", "short_run_s", "keep_order_after_s"):
+        assert any(e.startswith(f"policy.queueing.{field}: must be") for e in errors), errors
+    assert any(e.startswith("policy.queueing.bonus: unknown field") for e in errors), errors
+
+
 def test_reclaim_fields_are_read_bounded_and_round_tripped() -> None:
     doc = {
         "nodes": [{"name": "n", "cpu_milli": 1000, "memory_mib": 1000,
