@@ -40,6 +40,10 @@ NUMBERS = [
     ("solver.fairSharing.boost", BASE + "solver: {fairSharing: {boost: X}}"),
     ("solver.targetWorkload.halfLifeSeconds",
      BASE + "solver: {targetWorkload: {halfLifeSeconds: X}}"),
+    ("solver.queueing.shortRunBonus", BASE + "solver: {queueing: {shortRunBonus: X}}"),
+    ("solver.queueing.shortRunSeconds", BASE + "solver: {queueing: {shortRunSeconds: X}}"),
+    ("solver.queueing.keepOrderAfterSeconds",
+     BASE + "solver: {queueing: {keepOrderAfterSeconds: X}}"),
     ("sharing.fractionGrid[0]", BASE + "sharing: {fractionGrid: [X]}"),
     ("admission.maxPriority", BASE + "admission: {maxPriority: X}"),
     ("tenants[0].limits.maxGpusPerPod",
@@ -52,7 +56,8 @@ FLOATS = {"tenants[0].quota.gpus", "tenants[0].borrowing.limitGpus", "tenants[0]
           "gpuModels[0].activeWatts", "qosClasses[0].sloMs", "batch.gangTimeoutSeconds",
           "batch.windowSeconds", "batch.settleSeconds", "batch.recordsSaveSeconds",
           "solver.weights.fairness", "solver.timeLimitSeconds",
-          "sharing.fractionGrid[0]"}
+          "solver.queueing.shortRunBonus", "solver.queueing.shortRunSeconds",
+          "solver.queueing.keepOrderAfterSeconds", "sharing.fractionGrid[0]"}
 
 
 @pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "1e41", "1" + "0" * 30])
@@ -179,6 +184,22 @@ def test_the_reservation_hold_lead_reaches_the_solver() -> None:
     policy, _ = check_text(BASE)
     assert policy is not None
     assert to_solver(policy)[0].reservations.hold_ahead_s == 600.0
+
+
+def test_the_queueing_settings_reach_the_solver_and_null_turns_keep_order_off() -> None:
+    from admission.policy.solver_view import to_solver
+
+    policy, issues = check_text(BASE + "solver: {queueing: {shortRunBonus: 0.5, "
+                                "shortRunSeconds: 600, keepOrderAfterSeconds: null}}\n")
+    assert policy is not None, issues
+    q = to_solver(policy)[0].queueing
+    assert (q.short_run_bonus, q.short_run_s, q.keep_order_after_s) == (0.5, 600.0, None)
+    policy, _ = check_text(BASE)
+    assert policy is not None
+    q = to_solver(policy)[0].queueing
+    assert (q.short_run_bonus, q.short_run_s, q.keep_order_after_s) == (1.0, 3600.0, 30.0)
+    issues = _issues(BASE + "solver: {queueing: {shortRunSeconds: 0.5}}\n")
+    assert issues["solver.queueing.shortRunSeconds"].startswith("must be >= 1"), issues
 
 
 def test_the_settle_is_off_or_at_least_a_tenth_of_a_second_and_reaches_the_controller() -> None:
