@@ -161,6 +161,7 @@ def figures(r: TimedResult) -> dict[str, float]:
             "min_fair": min((t.fair_ratio for t in r.tenants), default=1.0),
             "min_pooled": min((t.pooled_fair_ratio for t in r.tenants), default=1.0),
             "reserved": r.reserved_gangs, "late": r.reserved_late,
+            "late_overrun": r.reserved_late_overrun,
             "backfilled": r.backfilled, "placed": r.placed, "gangs": len(r.outcomes),
             "reclaimed": r.reclaimed}
 
@@ -200,7 +201,8 @@ def table(title: str, runs: list[dict[str, dict[str, float]]],
 
     lines = [f"### {title}", "",
              "| policy | started | wait p50 s | p90 s | p99 s | mean s | GPU alloc % | worst "
-             "tenant got/fair | within its models | reserved | late | backfilled | reclaimed |",
+             "tenant got/fair | within its models | reserved | late (overrun) | backfilled | "
+             "reclaimed |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         lb = row.label
@@ -209,7 +211,8 @@ def table(title: str, runs: list[dict[str, dict[str, float]]],
             f"{med(lb, 'p90'):.0f} | {med(lb, 'p99'):.0f} | {med(lb, 'mean'):.0f} | "
             f"{med(lb, 'alloc'):.1f} | {med(lb, 'min_fair'):.2f} | {med(lb, 'min_pooled'):.2f} | "
             f"{med(lb, 'reserved'):.0f} | "
-            f"{med(lb, 'late'):.0f} | {med(lb, 'backfilled'):.0f} | "
+            f"{med(lb, 'late'):.0f} ({med(lb, 'late_overrun'):.0f}) | "
+            f"{med(lb, 'backfilled'):.0f} | "
             f"{med(lb, 'reclaimed'):.0f} |")
     labels = {row.label for row in rows}
     lines.append("")

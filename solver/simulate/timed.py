@@ -273,6 +273,9 @@ class TimedResult:
     reserved_gangs: int = 0  # gangs that ever held a reservation
     reserved_late: int = 0  # of them, started later than their first reserved start
     reserved_late_s: float = 0.0  # the sum of those delays
+    # of the late ones, those planned behind a running pod that ran past the end the plan
+    # expected (an estimate that was wrong); the others were pushed back by the queue
+    reserved_late_overrun: int = 0
     backfilled: int = 0  # gangs placed by the backfill solve (known to end before a reserved start)
     reclaimed: int = 0  # gangs evicted by reclaim (each went back to its queue)
     reclaim_lost_gpu_s: float = 0.0  # GPU-seconds those gangs had run, lost
@@ -339,6 +342,7 @@ class TimedResult:
             "reserved_gangs": self.reserved_gangs,
             "reserved_late": self.reserved_late,
             "reserved_late_s": self.reserved_late_s,
+            "reserved_late_overrun": self.reserved_late_overrun,
             "backfilled": self.backfilled,
             "reclaimed": self.reclaimed,
             "reclaim_lost_gpu_hours": self.reclaim_lost_gpu_s / 3600,
@@ -735,6 +739,10 @@ class _Replay:
     reserved_at: dict[str, float] = field(default_factory=dict)  # gang -> first reserved start
     reserved_late: int = 0
     reserved_late_s: float = 0.0
+    # reserved gangs planned, in some window, behind a running pod that then ran past the end
+    # the plan expected of it
+    overrun_behind: set[str] = field(default_factory=set)
+    reserved_late_overrun: int = 0
     backfilled: int = 0
     reclaimed: int = 0
     reclaim_lost_gpu_s: float = 0.0
@@ -922,6 +930,19 @@ class _Replay:
                 return learned[1] + runs - now
         return None
 
+    def overruns_on(self, nodes: tuple[str, ...], now: float) -> bool:
+        """Whether a pod running on ``nodes`` with an expected end (what a reservation there
+        is planned by) will run past it: the replay knows each run's true end."""
+        on = frozenset(nodes)
+        for p in self.placed.values():
+            for pod in p.pods:
+                if pod.node not in on:
+                    continue
+                left = self.remaining(pod.name, now)
+                if left is not None and p.end_s > now + left + self.config.window_s:
+                    return True
+        return False
+
     def forget_ends(self, placed: _Placed) -> None:
         for pod in placed.pods:
             self.deadline_end.pop(pod.name, None)
@@ -974,6 +995,8 @@ class _Replay:
         by_name = {a.gang.name: a for a in pending}
         for r in plan.reservations:
             self.reserved_at.setdefault(r.gang, now + r.start_in_s)
+            if r.gang not in self.overrun_behind and self.overruns_on(r.nodes, now):
+                self.overrun_behind.add(r.gang)
         self.note_planning(now, len(plan.reservations),
                            int(plan.stats.detail.get("backfilled", 0)), len(plan.evictions))
         factor = self.config.deadline_factor
@@ -996,6 +1019,7 @@ class _Replay:
             if reserved is not None and now > reserved + self.config.window_s:
                 self.reserved_late += 1  # a window's rounding is not late
                 self.reserved_late_s += now - reserved
+                self.reserved_late_overrun += int(gp.gang in self.overrun_behind)
             self.placed[gp.gang] = p
             self.first_start.setdefault(gp.gang, now)
             self.cluster.start(p)
@@ -1043,6 +1067,7 @@ class _Replay:
             reserved_gangs=len(self.reserved_at),
             reserved_late=self.reserved_late,
             reserved_late_s=self.reserved_late_s,
+            reserved_late_overrun=self.reserved_late_overrun,
             backfilled=self.backfilled,
             reclaimed=self.reclaimed,
             reclaim_lost_gpu_s=self.reclaim_lost_gpu_s,

@@ -16,6 +16,7 @@ from solver.simulate.generate import ClusterSpec, GeneratorSpec, WorkloadSpec, g
 from solver.simulate.timed import (
     SimulationError,
     TimedConfig,
+    TimedResult,
     _take_pending,
     default_solve,
     oblivious_policy,
@@ -573,3 +574,43 @@ def test_run_times_learned_from_departed_gangs_plan_expected_ends_and_never_back
     assert all(g.runtime_s is None for s in seen for g in s.gangs)  # no backfill bound
     off = _seen_learning(LearnedRuntimes(enabled=False, min_samples=1, samples=3))
     assert all(r.remaining_s is None for s in off for r in s.running)
+
+
+# --------------------------------------------------------------------------------------------
+# Late reserved starts, and why
+# --------------------------------------------------------------------------------------------
+
+def _reserving(config: TimedConfig, *, urgent_at: float | None = None) -> TimedResult:
+    """g1 holds the one GPU from 0 s for 100 s; g2 (arrived at 1 s) gets the reservation at
+    once (``after_s`` 0); with ``urgent_at``, a gang of higher priority arrives then and takes
+    the GPU first when g1 ends."""
+    arrivals = [TimedGang(_gang("g1"), 0.0, 100.0), TimedGang(_gang("g2"), 1.0, 100.0)]
+    if urgent_at is not None:
+        arrivals.append(TimedGang(replace(_gang("g3"), priority=5), urgent_at, 100.0))
+    policy = replace(SolverPolicy(), reservations=replace(
+        SolverPolicy().reservations, after_s=0.0))
+    sc = Scenario(nodes=(_node(),), tenants=(Tenant("team-a"),), arrivals=tuple(arrivals),
+                  policy=policy)
+    return simulate_timed(sc, replace(config, policy="cpsat", time_limit_s=0.5))
+
+
+def test_a_reservation_behind_an_estimate_that_overran_is_late_by_the_overrun() -> None:
+    # g1 is expected to end at 50 s (half its run) and ends at 100 s: g2 starts 50 s late
+    r = _reserving(TimedConfig(deadline_factor=None, estimate_factor=0.5))
+    assert (r.reserved_gangs, r.reserved_late, r.reserved_late_overrun) == (1, 1, 1)
+
+
+def test_an_exact_deadline_keeps_the_reserved_start() -> None:
+    r = _reserving(TimedConfig(deadline_factor=1.0))
+    assert (r.reserved_gangs, r.reserved_late, r.reserved_late_overrun) == (1, 0, 0)
+    assert r.summary()["reserved_late_overrun"] == 0
+
+
+def test_a_gang_ahead_in_the_queue_makes_a_reservation_late_without_an_overrun() -> None:
+    # g3 (priority 5) arrives at 60 s and takes the GPU when g1 ends: g2 starts at 200 s,
+    # 100 s after its reserved start, with every end as planned
+    r = _reserving(TimedConfig(deadline_factor=1.0), urgent_at=60.0)
+    starts = {o.gang: o.start_s for o in r.outcomes}
+    assert starts["g3"] < starts["g2"]
+    assert (r.reserved_late, r.reserved_late_overrun) == (1, 0)
+    assert r.reserved_late_s == pytest.approx(starts["g2"] - 100.0, abs=10.0)
