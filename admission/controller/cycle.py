@@ -116,6 +116,9 @@ class Cycle:
         # The batch cycle that first saw each waiting gang; a gang is told it waits from the
         # next batch cycle on (see the module's docstring).
         self._first_seen: dict[str, int] = {}
+        # Each reserved gang's first planned start (epoch seconds), until it is released: how
+        # late reservations start (berth_reservation_slip_seconds). Kept by this replica only.
+        self._planned_start: dict[str, float] = {}
         self._batches = 0
         # What the leader remembers across windows (solver/records.py): each tenant's held
         # GPUs and fair share over time, and the learned target workload. The controller saves
@@ -204,6 +207,7 @@ class Cycle:
                             self.number, len(jobs) - len(report.released))
             for result in report.released:
                 self._account(result, built.gangs[result.gang], report.path)
+            self._reservation_slips(built, plan, report, now)
 
         # 6. Requeue: every pod left waiting says why; the queue per tenant is published.
         with self._phase(report, "requeue"):
@@ -306,6 +310,25 @@ class Cycle:
         if s.objective is not None and s.bound is not None:
             denom = max(abs(s.objective), abs(s.bound), 1e-9)
             self.metrics.solver_gap.set(abs(s.bound - s.objective) / denom)
+
+    def _reservation_slips(self, built: Built, plan: Plan, report: CycleReport,
+                           now: datetime) -> None:
+        """Remember each reservation's first planned start; when its gang is released, how
+        much later than that it was (a window's rounding is not late)."""
+        t = now.timestamp()
+        for r in plan.reservations:
+            self._planned_start.setdefault(r.gang, t + r.start_in_s)
+        for result in [*report.finished, *report.released]:
+            planned = self._planned_start.pop(result.gang, None)
+            if planned is None:
+                continue
+            slip = max(0.0, t - planned)
+            self.metrics.reservation_slip.observe(slip)
+            if slip > self.settings.window_seconds:
+                self.metrics.reservations_late.inc()
+        if report.path == "batch":  # a fast cycle's snapshot holds only its own classes
+            for gang in [g for g in self._planned_start if g not in built.gangs]:
+                del self._planned_start[gang]  # deleted, or timed out, before it started
 
     def _queue_metrics(self, built: Built, plan: Plan) -> None:
         admitted = plan.admitted_names

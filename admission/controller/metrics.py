@@ -32,6 +32,15 @@ class Metrics:
                                     registry=r)
         self.reservations = Gauge("berth_reservations", "Gangs the last plan holds capacity "
                                   "for (docs/reservations.md)", registry=r)
+        self.reservation_slip = Histogram(
+            "berth_reservation_slip_seconds", "How much later than its first planned start a "
+            "reserved gang was released (0: on time or early; docs/reservations.md)",
+            buckets=LATENCY_BUCKETS, registry=r)
+        self.reservations_late = Counter(
+            "berth_reservations_late", "Reserved gangs released more than a batch window after "
+            "their first planned start: a pod where they were to start ran past its expected "
+            "end, or gangs ahead in the queue took the capacity (docs/reservations.md)",
+            registry=r)
         self.backfilled = Counter("berth_backfilled_gangs", "Gangs placed by the backfill solve: "
                                   "known to end before a reserved start", registry=r)
         self.reclaimed_gangs = Counter(

@@ -125,3 +125,58 @@ def test_pods_kept_out_only_by_held_capacity_say_so_and_not_for_whom() -> None:
         "(its own deadline, 3000 s, ends later); 0 gangs ahead")
     cond = condition(api, "team-b/big")
     assert cond is not None and cond["reason"] == "Reserved", cond
+
+
+def _slips(ctl: Any) -> tuple[float | None, float | None]:
+    reg = ctl.metrics.registry
+    return (reg.get_sample_value("berth_reservation_slip_seconds_sum"),
+            reg.get_sample_value("berth_reservations_late_total"))
+
+
+def _finish(api: FakeApi, ctl: Any, name: str) -> None:
+    api.pods[f"team-a/{name}"]["status"]["phase"] = "Succeeded"
+    ctl.relist()
+
+
+def test_a_reserved_gang_released_at_its_planned_start_is_not_late() -> None:
+    api, clock = cluster(waiting("big", 8, age=1000))
+    ctl = controller(api, clock)
+    clock.advance(10)
+    ctl.run_cycle()  # reserved: expected to start in 590 s, when r0's deadline ends
+    assert gates(api, "team-a/big") == ["berth.dev/admission"]
+    ctl.run_cycle(fast=True)  # its snapshot holds only the fast classes: nothing forgotten
+    assert set(ctl.cycle._planned_start) == {"team-a/big"}
+    clock.advance(590)
+    _finish(api, ctl, "r0")
+    ctl.run_cycle()
+    assert gates(api, "team-a/big") == []
+    assert _slips(ctl) == (0.0, 0.0)
+
+
+def test_a_reserved_gang_released_after_its_planned_start_is_counted_late() -> None:
+    api, clock = cluster(waiting("big", 8, age=1000))
+    ctl = controller(api, clock)
+    clock.advance(10)
+    ctl.run_cycle()
+    clock.advance(590)
+    ctl.run_cycle()  # r0 is past its deadline and still there: still reserved, not released
+    assert gates(api, "team-a/big") == ["berth.dev/admission"]
+    clock.advance(600)
+    _finish(api, ctl, "r0")
+    ctl.run_cycle()
+    assert gates(api, "team-a/big") == []
+    slip, late = _slips(ctl)
+    assert slip == 600.0 and late == 1.0
+
+
+def test_a_reserved_gang_deleted_before_it_starts_is_forgotten() -> None:
+    api, clock = cluster(waiting("big", 8, age=1000))
+    ctl = controller(api, clock)
+    clock.advance(10)
+    ctl.run_cycle()
+    assert ctl.cycle._planned_start
+    del api.pods["team-a/big"]
+    ctl.relist()
+    ctl.run_cycle()
+    assert not ctl.cycle._planned_start
+    assert _slips(ctl) == (0.0, 0.0)
