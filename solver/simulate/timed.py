@@ -934,7 +934,9 @@ class _Replay:
         """Whether a pod running on ``nodes`` with an expected end (what a reservation there
         is planned by) will run past it: the replay knows each run's true end."""
         on = frozenset(nodes)
-        for p in self.placed.values():
+        for name, p in self.placed.items():
+            if name in self.departed:
+                continue
             for pod in p.pods:
                 if pod.node not in on:
                     continue
