@@ -19,7 +19,8 @@ def sim(load_bench: Callable[[str], ModuleType]) -> ModuleType:
 
 def _figures(p99: float) -> dict[str, float]:
     return {"p50": 3.0, "p90": 100.0, "p99": p99, "mean": p99 / 10, "alloc": 70.0,
-            "min_fair": 0.8, "min_pooled": 0.85, "reserved": 2, "late": 0, "backfilled": 0,
+            "min_fair": 0.8, "min_pooled": 0.85, "reserved": 2, "late": 1, "late_overrun": 0,
+            "backfilled": 0,
             "placed": 10, "gangs": 10, "reclaimed": 0}
 
 
@@ -32,6 +33,7 @@ def test_every_row_set_renders_its_table(sim: ModuleType, rows: str) -> None:
     text = "\n".join(lines)
     for row in chosen:
         assert f"| {row.label} |" in text
+    assert "| late (overrun) |" in text and "| 2 | 1 (0) | 0 |" in text
     if rows == "ESTIMATE_ROWS":
         assert "Against best-fit (p99 wait, mean wait, GPU allocated): cpsat 0.9" in text
     if rows == "LEARNED_ROWS":
