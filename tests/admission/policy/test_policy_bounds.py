@@ -10,6 +10,8 @@ import time
 import pytest
 
 from admission.policy import check_text
+from admission.policy.solver_view import to_solver
+from solver.types import SolverPolicy
 
 BASE = "tenants: [{name: team-a, namespaces: [team-a]}]\n"
 
@@ -18,6 +20,13 @@ def _issues(text: str) -> dict[str, str]:
     policy, issues = check_text(textwrap.dedent(text))
     assert policy is None, "expected the policy to be refused"
     return {i.path: i.message for i in issues}
+
+
+def _solver_policy(text: str) -> SolverPolicy:
+    """What the solver is given for a policy that must be accepted."""
+    policy, issues = check_text(text)
+    assert policy is not None, issues
+    return to_solver(policy)[0]
 
 
 NUMBERS = [
@@ -162,12 +171,8 @@ def test_the_default_qos_class_is_one_the_tenant_may_use() -> None:
 
 
 def test_fair_sharing_reaches_the_solver_and_refuses_a_negative_half_life() -> None:
-    from admission.policy.solver_view import to_solver
-
-    policy, issues = check_text(BASE + "solver: {fairSharing: {halfLifeSeconds: 7200, "
-                                "boost: 1.5}}\n")
-    assert policy is not None, issues
-    fs = to_solver(policy)[0].fair_sharing
+    fs = _solver_policy(BASE + "solver: {fairSharing: {halfLifeSeconds: 7200, "
+                        "boost: 1.5}}\n").fair_sharing
     assert (fs.half_life_s, fs.boost, fs.enabled) == (7200.0, 1.5, True)
     assert "solver.fairSharing.halfLifeSeconds" in _issues(
         BASE + "solver: {fairSharing: {halfLifeSeconds: -60}}\n")
@@ -176,27 +181,16 @@ def test_fair_sharing_reaches_the_solver_and_refuses_a_negative_half_life() -> N
 
 
 def test_the_reservation_hold_lead_reaches_the_solver() -> None:
-    from admission.policy.solver_view import to_solver
-
-    policy, issues = check_text(BASE + "solver: {reservations: {holdAheadSeconds: 1800}}\n")
-    assert policy is not None, issues
-    assert to_solver(policy)[0].reservations.hold_ahead_s == 1800.0
-    policy, _ = check_text(BASE)
-    assert policy is not None
-    assert to_solver(policy)[0].reservations.hold_ahead_s == 600.0
+    held = _solver_policy(BASE + "solver: {reservations: {holdAheadSeconds: 1800}}\n")
+    assert held.reservations.hold_ahead_s == 1800.0
+    assert _solver_policy(BASE).reservations.hold_ahead_s == 600.0
 
 
 def test_the_queueing_settings_reach_the_solver_and_null_turns_keep_order_off() -> None:
-    from admission.policy.solver_view import to_solver
-
-    policy, issues = check_text(BASE + "solver: {queueing: {shortRunBonus: 0.5, "
-                                "shortRunSeconds: 600, keepOrderAfterSeconds: null}}\n")
-    assert policy is not None, issues
-    q = to_solver(policy)[0].queueing
+    q = _solver_policy(BASE + "solver: {queueing: {shortRunBonus: 0.5, "
+                       "shortRunSeconds: 600, keepOrderAfterSeconds: null}}\n").queueing
     assert (q.short_run_bonus, q.short_run_s, q.keep_order_after_s) == (0.5, 600.0, None)
-    policy, _ = check_text(BASE)
-    assert policy is not None
-    q = to_solver(policy)[0].queueing
+    q = _solver_policy(BASE).queueing
     assert (q.short_run_bonus, q.short_run_s, q.keep_order_after_s) == (1.0, 3600.0, 30.0)
     issues = _issues(BASE + "solver: {queueing: {shortRunSeconds: 0.5}}\n")
     assert issues["solver.queueing.shortRunSeconds"].startswith("must be >= 1"), issues
