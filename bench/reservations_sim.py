@@ -35,9 +35,14 @@ from finished pods (policy ``solver.learnedRuntimes``, solver/history.py: per te
 count, the scenarios naming no owner kinds) planning when running pods end, as the controller
 does when the policy turns it on; ``--learned-min N`` pods of a kind before an estimate.
 
+``--keep`` runs instead the rows ``KEEP_ROWS``: the engine with the policy's
+``solver.reservations.keep`` (``cpsat-keep``: a gang given a reservation keeps its place
+ahead of the queue until it starts, docs/reservations.md) against the default that plans
+afresh every window, and best-fit.
+
     python3 bench/reservations_sim.py [--seeds 0,1,2,3,4] [--lists default,gpushare40,gpuspec20]
                                       [--quotas | --only-quotas | --estimates |
-                                       --learned [--learned-min N]]
+                                       --learned [--learned-min N] | --keep]
                                       [--hold-ahead SECONDS]
 """
 
@@ -77,6 +82,7 @@ class Row:
     estimate: float | None = None  # declared run times: this many times the true one
     sigma: float = 0.0  # and log-normal noise of this spread (TimedConfig.estimate_sigma)
     learned: bool = False  # run times learned from finished pods (policy learned_runtimes)
+    keep: bool = False  # policy reservations.keep: a reservation keeps its gang's place
 
 
 ROWS = (Row("cpsat", "cpsat", True), Row("cpsat-norecords", "cpsat", True, records=False),
@@ -102,6 +108,10 @@ ESTIMATE_ROWS = (Row("cpsat", "cpsat", True),
 LEARNED_ROWS = (Row("cpsat-nodeadlines", "cpsat", False),
                 Row("cpsat-learned", "cpsat", False, learned=True),
                 Row("bestfit", "bestfit", False))
+#: The rows of ``--keep``: reservations kept until their gangs start, against the default
+#: (planned afresh every window) and best-fit.
+KEEP_ROWS = (Row("cpsat", "cpsat", True), Row("cpsat-keep", "cpsat", True, keep=True),
+             Row("bestfit", "bestfit", False))
 
 
 def split_by_weight(total: int, weights: dict[str, float]) -> dict[str, int]:
@@ -132,6 +142,12 @@ def with_hold_ahead(scenario: Scenario, seconds: float | None) -> Scenario:
     if seconds is None:
         return scenario
     rsv = replace(scenario.policy.reservations, hold_ahead_s=seconds)
+    return replace(scenario, policy=replace(scenario.policy, reservations=rsv))
+
+
+def with_keep(scenario: Scenario) -> Scenario:
+    """The scenario with ``policy.reservations.keep`` on."""
+    rsv = replace(scenario.policy.reservations, keep=True)
     return replace(scenario, policy=replace(scenario.policy, reservations=rsv))
 
 
@@ -178,6 +194,8 @@ def run(scenario: Scenario, seed: int, factor: float, limit: float,
         seen = scenario if row.records else without_records(scenario)
         if row.learned:
             seen = with_learned(seen, learned_min)
+        if row.keep:
+            seen = with_keep(seen)
         out[row.label] = figures(simulate_timed(seen, cfg))
         print(f"  {row.label:<18} {time.perf_counter() - t0:6.1f} s", file=sys.stderr)
     return out
@@ -216,7 +234,7 @@ def table(title: str, runs: list[dict[str, dict[str, float]]],
             f"{med(lb, 'reclaimed'):.0f} |")
     labels = {row.label for row in rows}
     lines.append("")
-    if "cpsat-estimates" in labels or "cpsat-learned" in labels:
+    if labels & {"cpsat-estimates", "cpsat-learned", "cpsat-keep"}:
         best_p99, best_mean = med("bestfit", "p99"), med("bestfit", "mean")
         lines += ["Against best-fit (p99 wait, mean wait, GPU allocated): " + "; ".join(
             f"{row.label} {med(row.label, 'p99') / best_p99:.2f}x, "
@@ -284,15 +302,18 @@ def main() -> int:
     ap.add_argument("--learned", action="store_true",
                     help="only the engine with run times learned from finished pods and "
                          "nothing declared (rows LEARNED_ROWS)")
+    ap.add_argument("--keep", action="store_true",
+                    help="only the engine with reservations kept until their gangs start "
+                         "(policy solver.reservations.keep; rows KEEP_ROWS)")
     ap.add_argument("--learned-min", type=int, default=None,
                     help="with --learned: finished pods of a kind before an estimate "
                          "(default: the policy's)")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s]
     out: list[str] = []
-    plain = not (args.only_quotas or args.estimates or args.learned)
+    plain = not (args.only_quotas or args.estimates or args.learned or args.keep)
     quotas = args.quotas or args.only_quotas
-    runs, qruns, eruns, lruns = [], [], [], []
+    runs, qruns, eruns, lruns, kruns = [], [], [], [], []
     for seed in seeds:
         print(f"generated, seed {seed}", file=sys.stderr)
         generated = with_hold_ahead(generate(seed=seed), args.hold_ahead)
@@ -303,6 +324,8 @@ def main() -> int:
         if args.learned:
             lruns.append(run(generated, seed, args.factor, args.time_limit, LEARNED_ROWS,
                              args.learned_min))
+        if args.keep:
+            kruns.append(run(generated, seed, args.factor, args.time_limit, KEEP_ROWS))
         if quotas:
             qruns.append(run(with_quotas(generated), seed, args.factor, args.time_limit,
                              QUOTA_ROWS))
@@ -314,6 +337,9 @@ def main() -> int:
     if lruns:
         out += table(f"Embedded default, run times learned, medians over seeds {args.seeds}",
                      lruns, LEARNED_ROWS)
+    if kruns:
+        out += table(f"Embedded default, reservations kept, medians over seeds {args.seeds}",
+                     kruns, KEEP_ROWS)
     if qruns:
         out += table(f"Embedded default with quotas, borrowing and reclaim, medians over seeds "
                      f"{args.seeds}", qruns, QUOTA_ROWS)
@@ -332,6 +358,9 @@ def main() -> int:
             out += table(f"{title}, run times learned",
                          [run(scenario, 0, args.factor, args.time_limit, LEARNED_ROWS,
                               args.learned_min)], LEARNED_ROWS)
+        if args.keep:
+            out += table(f"{title}, reservations kept",
+                         [run(scenario, 0, args.factor, args.time_limit, KEEP_ROWS)], KEEP_ROWS)
         if quotas:
             out += table(f"{title}, with quotas, borrowing and reclaim",
                          [run(with_quotas(scenario), 0, args.factor, args.time_limit,

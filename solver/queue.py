@@ -8,6 +8,7 @@ the gang's pods show.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Collection, Iterable, Mapping
 
 from solver.fairshare import boosts
@@ -36,25 +37,53 @@ def queue_order(snapshot: Snapshot) -> list[Gang]:
     """The snapshot's gangs by effective priority (priority plus ``aging_per_hour`` per hour
     waited, plus the tenant's fair-share boost: :func:`solver.fairshare.boosts`, plus the
     short-run bonus: :func:`short_run_bonus`), highest first; equal ones keep their snapshot
-    order."""
+    order. With ``policy.reservations.keep``, a gang holding a reservation from an earlier
+    window (:attr:`solver.types.Gang.reserved`) ranks at least as high as every gang without
+    one of its priority or lower."""
     aging = snapshot.policy.weights.aging_per_hour
     boost = boosts(snapshot)
     queueing = snapshot.policy.queueing
-    return sorted(snapshot.gangs,
-                  key=lambda g: -(g.priority + aging * g.wait_seconds / 3600.0
-                                  + gang_boost(g, boost, queueing)))
+    value = {g.name: g.priority + aging * g.wait_seconds / 3600.0
+             + gang_boost(g, boost, queueing) for g in snapshot.gangs}
+    if snapshot.policy.reservations.keep and any(g.reserved for g in snapshot.gangs):
+        kept = _kept_reservations(snapshot.gangs, value)
+        return sorted(snapshot.gangs,
+                      key=lambda g: (-kept[g.name], not g.reserved, -value[g.name]))
+    return sorted(snapshot.gangs, key=lambda g: -value[g.name])
+
+
+def _kept_reservations(gangs: Iterable[Gang], value: dict[str, float]) -> dict[str, float]:
+    """``value`` with each reserved gang's raised to the highest of the unreserved gangs of its
+    priority or lower: a reservation, once given, is not taken back by gangs that arrive
+    later, wait longer or earn a larger bonus, only by a gang of a higher ``priority`` (a
+    PriorityClass the admin ranks above it) that also ranks higher."""
+    others = sorted((g.priority, value[g.name]) for g in gangs if not g.reserved)
+    best, top = [], float("-inf")  # the highest value among the others up to each priority
+    for _, v in others:
+        top = max(top, v)
+        best.append(top)
+    keys = [p for p, _ in others]
+    out = dict(value)
+    for g in gangs:
+        if g.reserved:
+            i = bisect_right(keys, g.priority)
+            if i:
+                out[g.name] = max(value[g.name], best[i - 1])
+    return out
 
 
 def kept_in_order(snapshot: Snapshot, admitted: Iterable[str]) -> frozenset[str]:
     """Of the gangs ``admitted`` (by best-fit in queue order, or by the plan the model starts
-    from), those that have waited at least ``policy.queueing.keep_order_after_s``: the window
-    starts them whatever else it finds (:class:`solver.types.Queueing`). Empty when the policy
-    turns this off."""
+    from), those that have waited at least ``policy.queueing.keep_order_after_s``, and with
+    ``policy.reservations.keep`` those holding a reservation: the window starts them whatever
+    else it finds (:class:`solver.types.Queueing`). Empty when the policy turns both off."""
     after = snapshot.policy.queueing.keep_order_after_s
-    if after is None:
+    keep = snapshot.policy.reservations.keep
+    if after is None and not keep:
         return frozenset()
-    waited = {g.name for g in snapshot.gangs if g.wait_seconds >= after}
-    return frozenset(name for name in admitted if name in waited)
+    kept = {g.name for g in snapshot.gangs
+            if (after is not None and g.wait_seconds >= after) or (keep and g.reserved)}
+    return frozenset(name for name in admitted if name in kept)
 
 
 def tenant_turns(snapshot: Snapshot) -> list[Gang]:

@@ -31,7 +31,10 @@ start, the same p99 gain as with exact deadlines (0.89x) for a mean of 1.06x. Wi
 on every gang (the best case for backfill) it changes the medians by a few seconds.
 
 Re-planned every window from the snapshot alone: no state is kept, so a reservation moves when
-the cluster does (a pod that ends early, a more urgent gang). The plan says which gangs hold
+the cluster does (a pod that ends early, a more urgent gang). With ``policy.reservations.keep``
+the caller marks the gangs its earlier plans reserved (:attr:`solver.types.Gang.reserved`) and
+the queue keeps them ahead of later arrivals (:func:`solver.queue.queue_order`), so the walk
+in step 1 reaches them first. The plan says which gangs hold
 reservations (:attr:`solver.plan.Plan.reservations`) and the reserved gang's deferral names its
 expected start; a gang that would fit now but for what is held says so (:data:`HELD`), rather
 than that no node has room while GPUs stand free. Pure: no I/O, nothing beyond the snapshot.

@@ -300,7 +300,8 @@ RUNNING_FIELDS = ("name", "node", "cpu_milli", "memory_mib", "gpus", "tenant", "
 SHARE_FIELDS = ("index", "milli")
 TENANT_FIELDS = ("name", "quota_milli", "weight", "can_borrow", "borrow_limit_milli",
                  "past_held_milli", "past_fair_milli")
-GANG_FIELDS = ("name", "tenant", "pods", "priority", "wait_seconds", "topology", "runtime_s")
+GANG_FIELDS = ("name", "tenant", "pods", "priority", "wait_seconds", "topology", "runtime_s",
+               "reserved")
 TOPOLOGY_FIELDS = ("level", "mode")
 POD_FIELDS = ("name", "replicas", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli",
               "gpu_memory_mib", "models", "qos_class", "node_selector", "affinity",
@@ -313,7 +314,7 @@ POLICY_FIELDS = ("weights", "topology_levels", "qos_classes", "idle_watts", "act
 QUEUEING_FIELDS = ("short_run_bonus", "short_run_s", "keep_order_after_s")
 FAIR_SHARING_FIELDS = ("half_life_s", "boost")
 TARGET_WORKLOAD_FIELDS = ("half_life_s",)
-RESERVATION_FIELDS = ("max_gangs", "after_s", "horizon_s", "hold_ahead_s")
+RESERVATION_FIELDS = ("max_gangs", "after_s", "horizon_s", "hold_ahead_s", "keep")
 RECLAIM_FIELDS = ("enabled", "min_run_s", "max_gangs")
 WEIGHT_FIELDS = ("demand", "aging_per_hour", "fragmentation", "topology", "fairness", "energy",
                  "interference", "stay")
@@ -610,7 +611,8 @@ def _gangs(r: _Reader, value: object, tenants: set[str]) -> tuple[Gang, ...]:
         gang = r.build(p, Gang, name or "?", tenant or "?", pods,
                        r.integer(d, "priority", p, lo=None),
                        r.number(d, "wait_seconds", p, default=0.0, lo=0.0), topology,
-                       r.opt_float(d, "runtime_s", p))
+                       r.opt_float(d, "runtime_s", p),
+                       r.flag(d, "reserved", p, default=False))
         if gang is not None and name and pods:
             out.append(gang)
     return tuple(out)
@@ -669,7 +671,8 @@ def parse_policy(r: _Reader, value: object, path: str = "policy") -> SolverPolic
                                    r.integer(rd, "max_gangs", rp, default=1, hi=64),
                                    r.number(rd, "after_s", rp, default=300.0, lo=0.0),
                                    r.number(rd, "horizon_s", rp, default=21600.0, lo=0.0),
-                                   r.number(rd, "hold_ahead_s", rp, default=600.0, lo=0.0)
+                                   r.number(rd, "hold_ahead_s", rp, default=600.0, lo=0.0),
+                                   r.flag(rd, "keep", rp, default=False)
                                    ) or reservations
     reclaim = Reclaim()
     if d.get("reclaim") is not None:
@@ -831,6 +834,7 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
             {"name": g.name, "tenant": g.tenant, "priority": g.priority,
              "wait_seconds": g.wait_seconds,
              **({} if g.runtime_s is None else {"runtime_s": g.runtime_s}),
+             **({"reserved": True} if g.reserved else {}),
              "topology": None if g.topology is None else
              {"level": g.topology.level, "mode": g.topology.mode.value},
              "pods": [_pod_dict(p) for p in g.pods]}
@@ -856,7 +860,8 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
             "reservations": {"max_gangs": pol.reservations.max_gangs,
                              "after_s": pol.reservations.after_s,
                              "horizon_s": pol.reservations.horizon_s,
-                             "hold_ahead_s": pol.reservations.hold_ahead_s},
+                             "hold_ahead_s": pol.reservations.hold_ahead_s,
+                             "keep": pol.reservations.keep},
             "reclaim": {"enabled": pol.reclaim.enabled, "min_run_s": pol.reclaim.min_run_s,
                         "max_gangs": pol.reclaim.max_gangs},
             "fair_sharing": {"half_life_s": pol.fair_sharing.half_life_s,

@@ -315,6 +315,10 @@ class Gang:
     # the most it runs once started, enforced (a deadline; None: unbounded): only a gang
     # known to end in time may backfill capacity reserved for another (solver/reserve.py)
     runtime_s: float | None = None
+    # held a reservation in an earlier window and has not started since: with
+    # ``policy.reservations.keep`` it keeps its place ahead of the queue (solver/queue.py). Set
+    # from Berth's own plans (the controller's memory, the replay's), never from the pod.
+    reserved: bool = False
 
     def __post_init__(self) -> None:
         p = f"gangs[{self.name}]"
@@ -467,12 +471,16 @@ class Reservations:
     """When a gang that cannot fit gets capacity reserved for its earliest start
     (solver/reserve.py): at most ``max_gangs`` per window (0: never), for gangs waiting at
     least ``after_s``, starting at most ``horizon_s`` ahead; what is free of it is held from
-    ``hold_ahead_s`` before that start (until then it is planned and shown, not held)."""
+    ``hold_ahead_s`` before that start (until then it is planned and shown, not held). With
+    ``keep``, a gang that was given a reservation keeps its place ahead of the queue until it
+    starts (:attr:`Gang.reserved`; :func:`solver.queue.queue_order`): later arrivals of no
+    higher declared priority cannot push its start back; off, every window plans afresh."""
 
     max_gangs: int = 1
     after_s: float = 300.0
     horizon_s: float = 6 * 3600.0
     hold_ahead_s: float = 600.0
+    keep: bool = False
 
     def __post_init__(self) -> None:
         _within(self.max_gangs, 0, 64, "policy.reservations.max_gangs")

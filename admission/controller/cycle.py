@@ -152,6 +152,7 @@ class Cycle:
                           only=self._fast_gang if fast else None, learner=self.learner)
             # a batch cycle's snapshot holds every pending gang: only it is recorded
             seen = self.records.apply(built.snapshot, now.timestamp(), observe=not fast)
+            seen = self._with_reserved(seen)
             if seen is not built.snapshot:
                 built = replace(built, snapshot=seen)
             report.gangs = _count_states(built)
@@ -310,6 +311,19 @@ class Cycle:
         if s.objective is not None and s.bound is not None:
             denom = max(abs(s.objective), abs(s.bound), 1e-9)
             self.metrics.solver_gap.set(abs(s.bound - s.objective) / denom)
+
+    def _with_reserved(self, snapshot: Snapshot) -> Snapshot:
+        """With ``solver.reservations.keep``, the gangs an earlier plan of this replica reserved
+        and that have not started marked so (:attr:`solver.types.Gang.reserved`): they keep
+        their place ahead of the queue. Only Berth's own plans set it, never a pod; a new
+        leader starts with none and re-plans (docs/reservations.md)."""
+        if not snapshot.policy.reservations.keep or not self._planned_start:
+            return snapshot
+        if not any(g.name in self._planned_start for g in snapshot.gangs):
+            return snapshot
+        return replace(snapshot, gangs=tuple(
+            replace(g, reserved=True) if g.name in self._planned_start else g
+            for g in snapshot.gangs))
 
     def _reservation_slips(self, built: Built, plan: Plan, report: CycleReport,
                            now: datetime) -> None:

@@ -292,6 +292,7 @@ class Reservations(_Model):
                                             allow_inf_nan=False)] = 21600.0
     hold_ahead_seconds: Annotated[float, Field(ge=0, le=MAX_SECONDS,
                                                allow_inf_nan=False)] = 600.0
+    keep: bool = False
 
 
 class Reclaim(_Model):

@@ -75,7 +75,7 @@ def to_solver(policy: Policy) -> tuple[SolverPolicy, tuple[Tenant, ...]]:
         topology_levels=tuple(level.name for level in policy.topology.levels),
         reservations=Reservations(max_gangs=r.max_gangs, after_s=r.after_seconds,
                                   horizon_s=r.horizon_seconds,
-                                  hold_ahead_s=r.hold_ahead_seconds),
+                                  hold_ahead_s=r.hold_ahead_seconds, keep=r.keep),
         reclaim=Reclaim(enabled=rc.enabled, min_run_s=rc.min_runtime_seconds,
                         max_gangs=rc.max_gangs_per_window,
                         preempt_within_tenant=rc.preempt_within_tenant),

@@ -873,11 +873,15 @@ class _Replay:
         return any(self.queues.values())
 
     def snapshot(self, pending: list[TimedGang], *, now: float) -> Snapshot:
-        """What runs, and ``pending`` with the time each has waited until ``now``."""
+        """What runs, and ``pending`` with the time each has waited until ``now`` and whether
+        an earlier window gave it a reservation it has not started on yet (what the
+        controller remembers of its own plans)."""
         factor = self.config.deadline_factor
         gangs = tuple(
             replace(a.gang, wait_seconds=max(0.0, now - a.arrival_s),
-                    runtime_s=None if factor is None else factor * a.duration_s)
+                    runtime_s=None if factor is None else factor * a.duration_s,
+                    reserved=(a.gang.name in self.reserved_at
+                              and a.gang.name not in self.first_start))
             for a in pending
         )
         running = tuple(self.cluster.running.values())

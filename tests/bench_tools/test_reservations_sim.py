@@ -24,7 +24,8 @@ def _figures(p99: float) -> dict[str, float]:
             "placed": 10, "gangs": 10, "reclaimed": 0}
 
 
-@pytest.mark.parametrize("rows", ["ROWS", "QUOTA_ROWS", "ESTIMATE_ROWS", "LEARNED_ROWS"])
+@pytest.mark.parametrize("rows", ["ROWS", "QUOTA_ROWS", "ESTIMATE_ROWS", "LEARNED_ROWS",
+                                  "KEEP_ROWS"])
 def test_every_row_set_renders_its_table(sim: ModuleType, rows: str) -> None:
     chosen = getattr(sim, rows)
     runs = [{row.label: _figures(1000.0 + 10 * k + s) for k, row in enumerate(chosen)}
@@ -36,6 +37,9 @@ def test_every_row_set_renders_its_table(sim: ModuleType, rows: str) -> None:
     assert "| late (overrun) |" in text and "| 2 | 1 (0) | 0 |" in text
     if rows == "ESTIMATE_ROWS":
         assert "Against best-fit (p99 wait, mean wait, GPU allocated): cpsat 0.9" in text
+    if rows == "KEEP_ROWS":  # cpsat, cpsat-keep, bestfit: p99 1000 / 1010 / 1020 (seed 0)
+        assert ("Against best-fit (p99 wait, mean wait, GPU allocated): cpsat 0.98x, 0.98x, "
+                "+0.0; cpsat-keep 0.99x" in text)
     if rows == "LEARNED_ROWS":
         assert ("Against best-fit (p99 wait, mean wait, GPU allocated): cpsat-nodeadlines 0.98x"
                 in text)
@@ -56,3 +60,10 @@ def test_learning_reaches_the_replayed_policy(sim: ModuleType) -> None:
     five = sim.with_learned(sc, 5).policy.learned_runtimes
     assert five.enabled and five.min_samples == 5 and five.samples >= 5
     assert sim.with_learned(sc, 500).policy.learned_runtimes.samples == 500
+
+
+def test_keeping_reaches_the_replayed_policy(sim: ModuleType) -> None:
+    sc = generate(seed=0)
+    assert not sc.policy.reservations.keep
+    assert sim.with_keep(sc).policy.reservations.keep
+    assert [r.label for r in sim.KEEP_ROWS if r.keep] == ["cpsat-keep"]

@@ -97,3 +97,62 @@ def test_cpsat_starts_every_waited_gang_best_fit_in_queue_order_starts(s: Snapsh
     plan = solve(s, time_limit=1.0)
     assert check(s, plan) == []
     assert kept <= plan.admitted_names, (kept, plan.admitted_names)
+
+
+# --------------------------------------------------------------------------------------------
+# policy.reservations.keep: a reservation, once given, keeps its gang's place
+# --------------------------------------------------------------------------------------------
+
+def _keeping(*gangs: Gang, keep: bool = True) -> Snapshot:
+    return snap([node("n", gpus=1)], list(gangs),
+                policy=SolverPolicy(reservations=Reservations(keep=keep)))
+
+
+def test_a_kept_reservation_goes_ahead_of_gangs_of_its_priority_or_lower() -> None:
+    held = gang("held", wait_seconds=600.0)
+    held = replace(held, reserved=True)
+    later = [gang("bonus", runtime_s=60.0),  # 0.98 points of short-run bonus
+             gang("older", wait_seconds=4 * 3600.0),  # 2 points of aging
+             gang("urgent", priority=5), gang("low", priority=-1)]
+    s = _keeping(held, *later)
+    # it ranks with the highest of its priority (older, by aging); urgent's class is higher
+    assert [g.name for g in queue_order(s)] == ["urgent", "held", "older", "bonus", "low"]
+    # off, or not reserved: the usual order, where aging and the bonus pass it
+    for other in (_keeping(held, *later, keep=False),
+                  _keeping(replace(held, reserved=False), *later)):
+        assert [g.name for g in queue_order(other)] == ["urgent", "older", "bonus", "held",
+                                                         "low"]
+
+
+def test_reserved_gangs_keep_their_own_order_among_themselves() -> None:
+    a = replace(gang("a", wait_seconds=100.0), reserved=True)
+    b = replace(gang("b", wait_seconds=200.0), reserved=True)
+    c = replace(gang("c", priority=2), reserved=True)
+    s = _keeping(a, gang("x", wait_seconds=9000.0), b, c)
+    assert [g.name for g in queue_order(s)] == ["c", "b", "a", "x"]
+
+
+def test_a_reserved_gang_that_fits_is_started_even_with_keep_order_off() -> None:
+    # head_and_big's packing prefers big (8 GPUs) over head (2); a reserved head that fits is
+    # started however short it waited and with keep-order off
+    base = head_and_big(head_wait=0.0, keep=None)
+    reserved = replace(base, gangs=tuple(replace(g, reserved=g.name == "head")
+                                         for g in base.gangs))
+    kept = replace(reserved, policy=replace(reserved.policy,
+                                            reservations=Reservations(max_gangs=0, keep=True)))
+    assert kept_in_order(kept, ["head", "big"]) == frozenset({"head"})
+    assert solve(kept, time_limit=1.0).admitted_names == {"head"}
+    assert kept_in_order(reserved, ["head", "big"]) == frozenset()  # keep off
+    assert solve(reserved, time_limit=1.0).admitted_names == {"big"}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_cpsat_starts_every_reserved_gang_best_fit_in_queue_order_starts(s: Snapshot) -> None:
+    gangs = tuple(replace(g, reserved=i % 2 == 0) for i, g in enumerate(s.gangs))
+    s = replace(s, gangs=gangs, policy=replace(s.policy, queueing=Queueing(
+        keep_order_after_s=None), reservations=Reservations(max_gangs=0, keep=True)))
+    kept = kept_in_order(s, place(s, "bestfit").admitted_names)
+    plan = solve(s, time_limit=1.0)
+    assert check(s, plan) == []
+    assert kept <= plan.admitted_names, (kept, plan.admitted_names)

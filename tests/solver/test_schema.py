@@ -134,6 +134,24 @@ def test_queueing_fields_are_read_bounded_and_round_tripped() -> None:
     assert any(e.startswith("policy.queueing.bonus: unknown field") for e in errors), errors
 
 
+def test_kept_reservations_are_read_bounded_and_round_tripped() -> None:
+    nodes = [{"name": "n", "cpu_milli": 1000, "memory_mib": 1000,
+              "gpus": {"count": 2, "model": "T4"}}]
+    gangs = [{"name": "g", "tenant": "t", "reserved": True,
+              "pods": [{"name": "p", "cpu_milli": 100, "memory_mib": 100, "gpu_count": 1,
+                        "gpu_milli": 1000}]}]
+    snap = parse_snapshot({"nodes": nodes, "gangs": gangs,
+                           "policy": {"reservations": {"keep": True}}})
+    assert snap.policy.reservations.keep and snap.gangs[0].reserved
+    assert parse_snapshot(json.loads(json.dumps(snapshot_to_dict(snap)))) == snap
+    plain = parse_snapshot({"nodes": nodes})
+    assert not plain.policy.reservations.keep  # off unless asked for
+    errors = _errors({"nodes": nodes, "gangs": [{**gangs[0], "reserved": "yes"}],
+                      "policy": {"reservations": {"keep": 1}}})
+    assert any(e.startswith("policy.reservations.keep: must be true or false") for e in errors)
+    assert any(e.startswith("gangs[0].reserved: must be true or false") for e in errors), errors
+
+
 def test_reclaim_fields_are_read_bounded_and_round_tripped() -> None:
     doc = {
         "nodes": [{"name": "n", "cpu_milli": 1000, "memory_mib": 1000,

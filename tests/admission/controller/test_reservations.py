@@ -180,3 +180,44 @@ def test_a_reserved_gang_deleted_before_it_starts_is_forgotten() -> None:
     ctl.run_cycle()
     assert not ctl.cycle._planned_start
     assert _slips(ctl) == (0.0, 0.0)
+
+
+def _keeping(keep: bool) -> Settings:
+    from solver.types import Reservations
+    return settings(solver_policy=SolverPolicy(reservations=Reservations(keep=keep)))
+
+
+def test_a_kept_reservation_is_not_taken_by_a_later_gang_with_a_larger_bonus() -> None:
+    # big is reserved for r0's end (600 s); just before, rush arrives: 8 GPUs, a 60 s
+    # deadline, so a short-run bonus of 0.98 points against big's 0.22 of aging. Planned
+    # afresh, rush takes n0 when r0 ends; kept, big does, and rush waits
+    for keep, first, second in ((False, "rush", "big"), (True, "big", "rush")):
+        api, clock = cluster(waiting("big", 8, age=1000))
+        ctl = controller(api, clock, s=_keeping(keep))
+        clock.advance(10)
+        ctl.run_cycle()
+        cond = condition(api, "team-a/big")
+        assert cond is not None and cond["reason"] == "Reserved", cond
+        api.add_pod(waiting("rush", 8, age=-580, deadline=60))
+        ctl.relist()
+        clock.advance(590)
+        _finish(api, ctl, "r0")
+        ctl.run_cycle()
+        assert gates(api, f"team-a/{first}") == [], keep
+        assert gates(api, f"team-a/{second}") == ["berth.dev/admission"], keep
+        if keep:
+            assert _slips(ctl) == (0.0, 0.0)  # released at its planned start
+
+
+def test_only_this_leaders_own_plans_mark_a_gang_reserved() -> None:
+    api, clock = cluster(waiting("big", 8, age=1000), waiting("small", 1, age=10))
+    ctl = controller(api, clock, s=_keeping(True))
+    clock.advance(10)
+    ctl.run_cycle()
+    seen = ctl.cycle._with_reserved(build(ctl.inventory.view(), ctl.settings, clock()).snapshot)
+    assert {g.name for g in seen.gangs if g.reserved} == {"team-a/big"}
+    # a new leader remembers no plan: nothing is reserved until it plans again
+    fresh = controller(api, clock, s=_keeping(True))
+    seen = fresh.cycle._with_reserved(
+        build(fresh.inventory.view(), fresh.settings, clock()).snapshot)
+    assert not any(g.reserved for g in seen.gangs)

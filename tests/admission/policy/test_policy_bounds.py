@@ -186,6 +186,14 @@ def test_the_reservation_hold_lead_reaches_the_solver() -> None:
     assert _solver_policy(BASE).reservations.hold_ahead_s == 600.0
 
 
+def test_keeping_reservations_is_off_unless_asked_and_takes_only_a_boolean() -> None:
+    assert not _solver_policy(BASE).reservations.keep
+    assert _solver_policy(BASE + "solver: {reservations: {keep: true}}\n").reservations.keep
+    for bad in ("'maybe'", "2", "[true]", "{a: 1}"):
+        issues = _issues(BASE + f"solver: {{reservations: {{keep: {bad}}}}}\n")
+        assert "solver.reservations.keep" in issues, (bad, issues)
+
+
 def test_the_queueing_settings_reach_the_solver_and_null_turns_keep_order_off() -> None:
     q = _solver_policy(BASE + "solver: {queueing: {shortRunBonus: 0.5, "
                        "shortRunSeconds: 600, keepOrderAfterSeconds: null}}\n").queueing

@@ -580,15 +580,18 @@ def test_run_times_learned_from_departed_gangs_plan_expected_ends_and_never_back
 # Late reserved starts, and why
 # --------------------------------------------------------------------------------------------
 
-def _reserving(config: TimedConfig, *, urgent_at: float | None = None) -> TimedResult:
+def _reserving(config: TimedConfig, *, urgent_at: float | None = None, urgent_priority: int = 5,
+               urgent_s: float = 100.0, keep: bool = False) -> TimedResult:
     """g1 holds the one GPU from 0 s for 100 s; g2 (arrived at 1 s) gets the reservation at
-    once (``after_s`` 0); with ``urgent_at``, a gang of higher priority arrives then and takes
-    the GPU first when g1 ends."""
+    once (``after_s`` 0); with ``urgent_at``, a gang g3 of ``urgent_priority`` that runs
+    ``urgent_s`` arrives then and, if it ranks higher, takes the GPU first when g1 ends.
+    ``keep``: ``policy.reservations.keep``."""
     arrivals = [TimedGang(_gang("g1"), 0.0, 100.0), TimedGang(_gang("g2"), 1.0, 100.0)]
     if urgent_at is not None:
-        arrivals.append(TimedGang(replace(_gang("g3"), priority=5), urgent_at, 100.0))
+        arrivals.append(TimedGang(replace(_gang("g3"), priority=urgent_priority), urgent_at,
+                                  urgent_s))
     policy = replace(SolverPolicy(), reservations=replace(
-        SolverPolicy().reservations, after_s=0.0))
+        SolverPolicy().reservations, after_s=0.0, keep=keep))
     sc = Scenario(nodes=(_node(),), tenants=(Tenant("team-a"),), arrivals=tuple(arrivals),
                   policy=policy)
     return simulate_timed(sc, replace(config, policy="cpsat", time_limit_s=0.5))
@@ -614,3 +617,25 @@ def test_a_gang_ahead_in_the_queue_makes_a_reservation_late_without_an_overrun()
     assert starts["g3"] < starts["g2"]
     assert (r.reserved_late, r.reserved_late_overrun) == (1, 0)
     assert r.reserved_late_s == pytest.approx(starts["g2"] - 100.0, abs=10.0)
+
+
+def test_a_kept_reservation_is_not_taken_by_a_later_gang_of_the_same_priority() -> None:
+    # g3 arrives at 60 s with a 10 s deadline: its short-run bonus (0.997 points) outranks
+    # g2's (0.972, a 100 s deadline), so without keep it takes the GPU when g1 ends and g2
+    # starts late; with keep g2 keeps its place and starts as planned, g3 after it
+    free = _reserving(TimedConfig(deadline_factor=1.0), urgent_at=60.0, urgent_priority=0,
+                      urgent_s=10.0)
+    starts = {o.gang: o.start_s for o in free.outcomes}
+    assert starts["g3"] < starts["g2"] and free.reserved_late == 1
+    kept = _reserving(TimedConfig(deadline_factor=1.0), urgent_at=60.0, urgent_priority=0,
+                      urgent_s=10.0, keep=True)
+    starts = {o.gang: o.start_s for o in kept.outcomes}
+    assert starts["g2"] < starts["g3"]
+    assert (kept.reserved_gangs, kept.reserved_late) == (1, 0)
+
+
+def test_a_gang_of_higher_priority_still_goes_ahead_of_a_kept_reservation() -> None:
+    r = _reserving(TimedConfig(deadline_factor=1.0), urgent_at=60.0, keep=True)
+    starts = {o.gang: o.start_s for o in r.outcomes}
+    assert starts["g3"] < starts["g2"]
+    assert (r.reserved_late, r.reserved_late_overrun) == (1, 0)
