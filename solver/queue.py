@@ -96,17 +96,20 @@ def tenant_turns(snapshot: Snapshot) -> list[Gang]:
     tenant's fair-share boost; aging left out) still goes first, and within a priority the
     tenants take weighted turns (weighted fair queueing: each gang's key is its tenant's GPU
     demand queued up to and including it, over the tenant's weight); each tenant's own gangs
-    keep their :func:`queue_order`."""
+    keep their :func:`queue_order`. With ``policy.reservations.keep``, gangs holding a
+    reservation go first within their priority, so a bounded window never leaves them out."""
     boost = boosts(snapshot)
     weight = {t.name: t.weight for t in snapshot.tenants}
+    keep = snapshot.policy.reservations.keep
     queued: dict[str, float] = {}
     keyed = []
     for pos, g in enumerate(queue_order(snapshot)):
         # a gang asking no GPU still takes a turn: count it as one milli-GPU
         queued[g.tenant] = queued.get(g.tenant, 0.0) + max(g.gpu_demand_milli, 1)
         turn = queued[g.tenant] / max(weight.get(g.tenant, 1.0), 1e-9)
-        keyed.append((-(g.priority + boost.get(g.tenant, 0.0)), turn, pos, g))
-    return [k[-1] for k in sorted(keyed, key=lambda k: k[:3])]
+        held = not (keep and g.reserved)  # False sorts first
+        keyed.append((-(g.priority + boost.get(g.tenant, 0.0)), held, turn, pos, g))
+    return [k[-1] for k in sorted(keyed, key=lambda k: k[:4])]
 
 
 def quota_reason(snapshot: Snapshot, gang: Gang, used: Mapping[str, int],

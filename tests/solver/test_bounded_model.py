@@ -25,7 +25,7 @@ from solver.cpsat.solve import (
 from solver.partition import auto_partitions
 from solver.plan import Deferred
 from solver.queue import queue_order, tenant_turns
-from solver.types import GPU, Gang, Node, PodRequest, Snapshot, Tenant
+from solver.types import GPU, Gang, Node, PodRequest, Reservations, Snapshot, SolverPolicy, Tenant
 from tests.solver.test_cpsat_random import snapshots
 
 
@@ -230,3 +230,17 @@ def test_tenant_turns_keep_priority_first_and_follow_the_weights() -> None:
     for t in ("a", "b"):
         assert [g.name for g in tenant_turns(s) if g.tenant == t] == \
             [g.name for g in queue_order(s) if g.tenant == t]
+
+
+def test_a_bounded_window_keeps_the_kept_reservations_in_its_head() -> None:
+    # tenant a's burst fills the head (b's weight is a tenth of a's); b's last gang holds a
+    # reservation from an earlier window
+    s = _burst(40, 5, b_weight=0.1)
+    last = s.gangs[-1].name
+    s = replace(s, gangs=tuple(replace(g, reserved=g.name == last) for g in s.gangs),
+                policy=SolverPolicy(reservations=Reservations(keep=True)))
+    assert tenant_turns(s)[0].name == last
+    head, _ = bounded(s, 10, lambda g: 1.0)
+    assert last in {g.name for g in head.gangs}
+    off = replace(s, policy=SolverPolicy())
+    assert last not in {g.name for g in bounded(off, 10, lambda g: 1.0)[0].gangs}
