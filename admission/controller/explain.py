@@ -6,16 +6,21 @@ borrow; 3 gangs ahead``. The quota reason and the place in the queue are the sol
 Messages are written only when they change, and at most ``budget`` writes per cycle, so ten
 thousand waiting pods cost a trickle of writes, not ten thousand per window. The wait time
 itself is left out of the message for that reason; it is in the metrics and the cycle log.
+For the same reason a reserved start is told as a time, not as a countdown: the solver says
+"expected to start in 540 s"; the pod says "expected to start at 2026-12-07T19:31:00Z", rounded
+up to the minute, which changes only when the plan does (and is still right when read later).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from admission.controller import keys
 from admission.controller import translate as tr
@@ -72,6 +77,30 @@ def _broken(g: GangInfo) -> Why:
 #: The start of the solver's reason for a gang capacity is held for (solver/reserve.py).
 RESERVED = "reserved: "
 RECLAIM = "reclaim: "  # solver/reclaim.py's deferrals
+#: How the solver words a reserved start (solver/reserve.py): seconds from the window's start.
+_START_IN = re.compile(r"expected to start in (\d+(?:\.\d+)?) s\b")
+
+
+def start_at(now: datetime, in_s: float) -> str:
+    """The time ``in_s`` seconds after ``now``, rounded up to the minute (RFC 3339, UTC)."""
+    t = now + timedelta(seconds=in_s)
+    whole = t.replace(second=0, microsecond=0)
+    if whole != t:
+        whole += timedelta(minutes=1)
+    return tr.rfc3339(whole)
+
+
+def _as_time(message: str, now: datetime) -> str:
+    """``message`` with the solver's "expected to start in N s" as the time it means."""
+    def at(m: re.Match[str]) -> str:
+        seconds = float(m.group(1))
+        if not math.isfinite(seconds):
+            return m.group(0)
+        try:
+            return f"expected to start at {start_at(now, seconds)}"
+        except (OverflowError, ValueError):  # past what a datetime holds: say it as it came
+            return m.group(0)
+    return _START_IN.sub(at, message)
 
 
 def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
@@ -112,11 +141,13 @@ def reasons(built: Built, plan: Plan | None, timeout_s: float, now: datetime,
             reserved = deferred.get(g.key, "")
             if reserved.startswith(RESERVED):
                 ends = _end_sources(built, held.get(g.key, ()))
-                out[g.key] = Why("Reserved", f"waiting: {reserved}{ends}{tail}")
+                out[g.key] = Why("Reserved",
+                                 f"waiting: {_as_time(reserved, now)}{ends}{tail}")
             elif reserved.startswith(RECLAIM):
                 out[g.key] = Why("Reclaim", f"waiting: {reserved}{tail}")
             elif reserved.startswith(HELD) and quota is None:
-                out[g.key] = Why("HeldForReservation", f"waiting: {reserved}{tail}")
+                out[g.key] = Why("HeldForReservation",
+                                 f"waiting: {_as_time(reserved, now)}{tail}")
             elif quota is not None:
                 out[g.key] = Why("Quota", f"waiting: {quota}{tail}")
             else:

@@ -148,8 +148,10 @@ REASONS: Final[tuple[Reason, ...]] = (
         "and what it will use is held from `solver.reservations.holdAheadSeconds` before that "
         "start (the message says when a hold is still to come); only gangs whose own enforced "
         "bound ends before that start may use what is held (docs/reservations.md). "
-        "Re-planned every window.",
-        "waiting: reserved: expected to start in 540 s on gpu-node-3, gpu-node-4, when "
+        "Re-planned every window; the start is a time rounded up to the minute, so the "
+        "message (and an Event) changes only when the plan does.",
+        "waiting: reserved: expected to start at 2026-12-07T19:31:00Z on gpu-node-3, "
+        "gpu-node-4, when "
         "running pods there end (ends from: job-deadline, pod-deadline); 0 gangs ahead",
         "Nothing; it starts when those pods end (at the latest at their deadlines; an "
         "estimate may be late). Pods with an `activeDeadlineSeconds` of their own (a Job's "
@@ -163,7 +165,8 @@ REASONS: Final[tuple[Reason, ...]] = (
         "Kueue's maximum execution time) ends before the reserved start. The message names "
         "the nodes and the start, never the reserved gang (it may be another tenant's).",
         "waiting: held: it fits now only in capacity held on gpu-node-3 for a reserved gang "
-        "expected to start in 420 s; only a gang whose own deadline ends before then may use "
+        "expected to start at 2026-12-07T19:28:00Z; only a gang whose own deadline ends before "
+        "then may use "
         "it (this one has no deadline of its own); 2 gangs ahead",
         "Nothing; it is placed when room is free that is not held, or after the reserved gang "
         "starts. A Job whose pods run shorter than the wait may set `activeDeadlineSeconds` "

@@ -84,10 +84,13 @@ def test_a_gang_that_cannot_fit_is_reserved_and_only_a_short_pod_backfills(
             log = "\n".join(hook.log.read_text(errors="replace").splitlines()[-30:])
             raise AssertionError(f"{exc}\n--- berth serve log:\n{log}") from None
         message = _waiting(big).message
-        assert message.startswith("waiting: reserved: expected to start in "), message
+        assert message.startswith("waiting: reserved: expected to start at "), message
         assert a100_node in message
-        start = float(message.split("expected to start in ")[1].split(" s")[0])
-        assert 3000 < start <= 3600, message  # the holder's deadline, less its time so far
+        # told as a time (rounded up to the minute), not as a countdown
+        at = message.split("expected to start at ")[1].split(" ")[0]
+        start = (datetime.strptime(at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+                 - datetime.now(UTC)).total_seconds()
+        assert 2900 < start <= 3660, message  # the holder's deadline, less its time so far
         # the 4 free GPUs are held: a pod without a deadline waits, one that ends in time runs
         core.create_namespaced_pod(ns, _pod("no-deadline", 1, None))
         core.create_namespaced_pod(ns, _pod("short", 1, 600))
@@ -103,7 +106,7 @@ def test_a_gang_that_cannot_fit_is_reserved_and_only_a_short_pod_backfills(
                              timeout=30, what="no-deadline to be told its room is held")
         message = _waiting(waiting).message
         assert message.startswith(f"waiting: held: it fits now only in capacity held on "
-                                  f"{a100_node} for a reserved gang expected to start in "), message
+                                  f"{a100_node} for a reserved gang expected to start at "), message
         assert "(this one has no deadline of its own)" in message and "big" not in message
 
 

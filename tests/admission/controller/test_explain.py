@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from admission.controller.explain import reasons
+from admission.controller.explain import _as_time, reasons, start_at
 from admission.controller.snapshot import Built, GangInfo
 from solver.baselines import place
 from solver.types import GPU, Gang, Node, PodRequest, Snapshot, SolverPolicy, Tenant, Weights
@@ -59,3 +59,17 @@ def test_a_quota_wait_says_what_the_solver_deferred_it_with() -> None:
     assert why.message == f"waiting: {deferred.reason}; 0 gangs ahead"
     assert deferred.reason == ("quota: tenant team-a would use 2000 of its 1000 milli-GPU and "
                                "may not borrow")
+
+
+def test_a_reserved_start_is_told_as_a_time_rounded_up_to_the_minute() -> None:
+    now = datetime(2026, 12, 7, 19, 0, 30, tzinfo=UTC)
+    assert start_at(now, 30.0) == "2026-12-07T19:01:00Z"  # on the minute: as it is
+    assert start_at(now, 31.0) == "2026-12-07T19:02:00Z"
+    assert start_at(now, 0.2) == "2026-12-07T19:01:00Z"
+    said = ("held: it fits now only in capacity held on n0 for a reserved gang expected to "
+            "start in 5400 s; only a gang whose own deadline ends before then may use it")
+    assert _as_time(said, now) == said.replace("in 5400 s", "at 2026-12-07T20:31:00Z")
+    # what a datetime cannot hold, or text that is not the solver's, is left as it came
+    for text in ("reserved: expected to start in 99999999999999 s on n0",
+                 "reserved: expected to start in soon s", "quota: nothing about starts"):
+        assert _as_time(text, now) == text

@@ -69,10 +69,28 @@ def test_a_big_gang_gets_a_reservation_and_small_pods_without_deadlines_wait() -
     assert report.admitted == 0, report
     cond = condition(api, "team-a/big")
     assert cond is not None and cond["reason"] == "Reserved", cond
-    assert cond["message"].startswith("waiting: reserved: expected to start in 59")
+    # NOW + 10 s + 590 s, rounded up to the minute: a time, not a countdown
+    assert cond["message"].startswith(
+        "waiting: reserved: expected to start at 2026-11-29T14:44:00Z on n0"), cond
     assert "on n0" in cond["message"]
     for i in range(4):
         assert gates(api, f"team-a/small-{i}") == ["berth.dev/admission"]
+
+
+def test_the_reserved_message_does_not_count_down_so_it_is_written_once() -> None:
+    api, clock = cluster(waiting("big", 8, age=1000), waiting("small", 1, age=10))
+    ctl = controller(api, clock)
+    clock.advance(10)
+    ctl.run_cycle()
+    told = {k: condition(api, k)["message"]  # type: ignore[index]
+            for k in ("team-a/big", "team-a/small")}
+    events = len(api.events)
+    for _ in range(3):  # three more windows, the plan the same
+        clock.advance(10)
+        ctl.run_cycle()
+    assert {k: condition(api, k)["message"] for k in told} == told  # type: ignore[index]
+    assert len(api.events) == events
+    assert "expected to start at 2026-11-29T14:44:00Z" in told["team-a/big"]
 
 
 def no_short_first() -> Settings:
@@ -119,7 +137,8 @@ def test_pods_kept_out_only_by_held_capacity_say_so_and_not_for_whom() -> None:
         assert cond is not None and cond["reason"] == "HeldForReservation", cond
         message = cond["message"]
         assert message.startswith("waiting: held: it fits now only in capacity held on n0 for "
-                                  "a reserved gang expected to start in 59"), message
+                                  "a reserved gang expected to start at 2026-11-29T14:44:00Z"
+                                  ), message
         assert "big" not in message and "team-b" not in message  # another tenant's gang
     assert condition(api, "team-a/long")["message"].endswith(  # type: ignore[index]
         "(its own deadline, 3000 s, ends later); 0 gangs ahead")

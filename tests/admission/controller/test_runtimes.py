@@ -234,7 +234,7 @@ def test_the_job_watch_feeds_expected_ends_and_reservations() -> None:
     ctl.run_cycle()
     cond = condition(api, "team-a/big")
     assert cond is not None and cond["reason"] == "Reserved", cond
-    assert "expected to start in 59" in cond["message"]
+    assert "expected to start at 2026-11-29T14:44:00Z" in cond["message"]
     assert "ends from: job-deadline" in cond["message"]
 
 

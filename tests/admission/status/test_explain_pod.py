@@ -110,9 +110,9 @@ def test_a_gang_kept_out_by_held_room_is_not_told_nothing_keeps_it_out() -> None
     s.api.pods["team-c/held-0"].setdefault("status", {})["conditions"] = [{
         "type": "berth.dev/Waiting", "status": "True", "reason": "HeldForReservation",
         "message": "waiting: held: it fits now only in capacity held on n0 for a reserved "
-                   "gang expected to start in 420 s; only a gang whose own deadline ends "
-                   "before then may use it (this one has no deadline of its own); 0 gangs "
-                   "ahead"}]
+                   "gang expected to start at 2026-12-07T19:28:00Z; only a gang whose own "
+                   "deadline ends before then may use it (this one has no deadline of its "
+                   "own); 0 gangs ahead"}]
     ex = explain_in(s, "team-c/held-0")
     assert any(w.startswith("it fits in the free capacity now") for w in ex.why)
     assert ex.needs[0].startswith("the room it fits in is held for another gang's "
