@@ -172,9 +172,10 @@ FIELD_DOCS: dict[str, str] = {
         "then other gangs may still use it (bench/reservations_sim.md: holding earlier idles "
         "GPUs that only gangs with a deadline could backfill)."),
     "Reservations.keep": (
-        "A gang given a reservation keeps its place ahead of the queue until it starts: only "
-        "a gang of a higher priority class may push its start back. Off: every window plans "
-        "afresh, and a more urgent gang may take the reservation (docs/reservations.md, "
+        "A gang given a reservation keeps its place ahead of the queue until it starts: it "
+        "ranks at least as high as every gang of its priority or lower, so only a gang of a "
+        "higher priority class may push its start back. Off: every window plans afresh, and "
+        "a more urgent gang may take the reservation (docs/reservations.md, "
         "\"Keeping reservations\")."),
     "SolverSettings.reclaim": "A tenant whose waiting gang fits within its own quota takes "
     "GPUs back from tenants running on borrowed quota: whole gangs evicted through the "
