@@ -12,7 +12,9 @@ looks ahead for the gangs that matter most:
 2. **When and where**: the earliest moment, among the expected ends of running pods and no
    further than ``horizon_s`` ahead, at which the gang fits once the pods expected to end by
    then have gone (best-fit placement of the gang alone, quotas included; found by bisection,
-   since capacity only frees as time passes). A running pod of unknown end never frees.
+   since capacity only frees as time passes, over at most :data:`MAX_STARTS` of the ends, or
+   over all of them with ``policy.reservations.keep``). A running pod of unknown end never
+   frees.
 3. **What is held**: of the GPUs, CPU and memory that placement uses, the part that is free
    now, once the start is at most ``policy.reservations.hold_ahead_s`` away (before that the
    reservation is planned and shown, and what it will use stays open to every gang). In the
@@ -69,7 +71,11 @@ TRIES_PER_RESERVATION = 3
 #: How far down the queue gangs are looked at (those ahead that fit now are placed first).
 MAX_AHEAD = 64
 #: How many of the running pods' expected ends are candidate starts (bisected: each trial
-#: places the gang once); with more ends, a start may come up to one spacing late.
+#: places the gang once); with more ends, a start may come up to one spacing late, and move
+#: from window to window with which ends the spread takes. With ``reservations.keep`` a second
+#: bisection looks among the ends between the two candidates that bracket the start, so the
+#: start is exact: a kept reservation's first start is a promise (measured both ways in
+#: bench/reservations_sim.md, "Exact starts").
 MAX_STARTS = 32
 
 #: What solves a snapshot within a time limit (the engine's own solve, without reservations).
@@ -90,34 +96,45 @@ def _fits(snapshot: Snapshot, gang: Gang, running: tuple[Running, ...]) -> GangP
     return plan.admitted[0] if plan.admitted else None
 
 
-def _earliest(snapshot: Snapshot, gang: Gang, running: tuple[Running, ...], horizon_s: float
-              ) -> tuple[float, GangPlacement] | None:
-    """The earliest expected end of running pods after which ``gang`` fits, and where."""
+def _earliest(snapshot: Snapshot, gang: Gang, running: tuple[Running, ...], horizon_s: float,
+              *, exact: bool = False) -> tuple[float, GangPlacement] | None:
+    """The earliest expected end of running pods after which ``gang`` fits, and where: among
+    at most :data:`MAX_STARTS` of the ends unless ``exact``."""
     ends = sorted({r.remaining_s for r in running
                    if r.remaining_s is not None and r.remaining_s <= horizon_s})
     if not ends:
         return None
-    if len(ends) > MAX_STARTS:  # the candidate starts: spread over the ends, the last kept
-        step = len(ends) / MAX_STARTS
-        ends = sorted({ends[min(len(ends) - 1, round((i + 1) * step) - 1)]
-                       for i in range(MAX_STARTS)})
 
     def at(t: float) -> GangPlacement | None:
         left = tuple(r for r in running if r.remaining_s is None or r.remaining_s > t)
         return _fits(snapshot, gang, left)
 
-    last = at(ends[-1])
+    def first_fit(candidates: list[float], fits_last: GangPlacement
+                  ) -> tuple[float, GangPlacement]:
+        """The first of ``candidates`` at which the gang fits, given that the last does."""
+        lo, hi, found = 0, len(candidates) - 1, fits_last
+        while lo < hi:
+            mid = (lo + hi) // 2
+            got = at(candidates[mid])
+            if got is None:
+                lo = mid + 1
+            else:
+                hi, found = mid, got
+        return candidates[hi], found
+
+    grid = ends
+    if len(ends) > MAX_STARTS:  # spread over the ends, the last kept
+        step = len(ends) / MAX_STARTS
+        grid = sorted({ends[min(len(ends) - 1, round((i + 1) * step) - 1)]
+                       for i in range(MAX_STARTS)})
+    last = at(grid[-1])
     if last is None:
         return None
-    lo, hi, found = 0, len(ends) - 1, last  # ends[hi] fits; find the first that does
-    while lo < hi:
-        mid = (lo + hi) // 2
-        got = at(ends[mid])
-        if got is None:
-            lo = mid + 1
-        else:
-            hi, found = mid, got
-    return ends[hi], found
+    start, found = first_fit(grid, last)
+    if grid is ends or not exact:
+        return start, found
+    below = max((t for t in grid if t < start), default=-1.0)
+    return first_fit([t for t in ends if below < t <= start], found)
 
 
 def _hold(snapshot: Snapshot, gang: Gang, placement: GangPlacement,
@@ -167,7 +184,7 @@ def plan_reservations(snapshot: Snapshot) -> tuple[Held, ...]:
         if gang.wait_seconds < rules.after_s:
             continue
         tries += 1
-        found = _earliest(snapshot, gang, running, rules.horizon_s)
+        found = _earliest(snapshot, gang, running, rules.horizon_s, exact=rules.keep)
         if found is None:
             continue
         start, placement = found

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from solver.api import solve
 from solver.checker import check
 from solver.plan import Plan
-from solver.reserve import HOLD_PREFIX, judged_backfill, plan_reservations
+from solver.reserve import HOLD_PREFIX, MAX_STARTS, judged_backfill, plan_reservations
 from solver.types import (
     GPU,
     Gang,
@@ -152,6 +152,31 @@ def test_the_reserved_start_is_the_earliest_end_that_makes_room() -> None:
                                      running("r2", "n0", range(6, 8), None)),
                       gangs=(gang("g", 8, wait=1000.0),))
     assert plan_reservations(unknown) == ()
+
+
+def test_a_kept_reservation_starts_at_the_exact_end_among_more_than_max_starts() -> None:
+    # 40 one-GPU pods on a 40-GPU node end 10 s apart: a gang of k GPUs fits once k have
+    # ended. With keep, every k starts at exactly the k-th end, also the ends the first
+    # bisection's spread of MAX_STARTS skips; without keep the start is planned on that
+    # spread (bench/reservations_sim.md, "Exact starts": the default's waits are better so),
+    # never earlier than the exact end and at most one spacing later
+    wide = Node(name="n0", cpu_milli=640000, memory_mib=5120000,
+                gpus=tuple(GPU(i, "A100", 80000) for i in range(40)))
+    base = Snapshot(nodes=(wide,), tenants=(Tenant("t"),), running=tuple(
+        running(f"r{i}", "n0", range(i, i + 1), 10.0 * (i + 1)) for i in range(40)))
+    assert len(base.running) > MAX_STARTS
+    spread = []
+    for need in range(1, 41):
+        starts = {}
+        for keep in (True, False):
+            snapshot = replace(base, gangs=(gang("g", need, wait=1000.0),), policy=SolverPolicy(
+                reservations=Reservations(keep=keep)))
+            (held,) = plan_reservations(snapshot)
+            starts[keep] = held.reservation.start_in_s
+        assert starts[True] == 10.0 * need, need
+        assert 10.0 * need <= starts[False] <= 10.0 * (need + 1), need
+        spread.append(starts[False])
+    assert spread != [10.0 * k for k in range(1, 41)]  # 8 of the 40 ends are off the spread
 
 
 def test_a_reservation_further_ahead_than_the_hold_lead_is_planned_but_holds_nothing() -> None:
