@@ -37,8 +37,10 @@ does when the policy turns it on; ``--learned-min N`` pods of a kind before an e
 
 ``--keep`` runs instead the rows ``KEEP_ROWS``: the engine with the policy's
 ``solver.reservations.keep`` (``cpsat-keep``: a gang given a reservation keeps its place
-ahead of the queue until it starts, docs/reservations.md) against the default that plans
-afresh every window, and best-fit.
+ahead of the queue until it starts, and its start is planned exactly, docs/reservations.md)
+against the default that plans afresh every window, and best-fit; and an experiment that no
+policy turns on, ``cpsat-exact (experiment)``: the default with every reservation's start
+planned exactly, as keep's are, rather than on a spread of at most 32 running pods' ends.
 
     python3 bench/reservations_sim.py [--seeds 0,1,2,3,4] [--lists default,gpushare40,gpuspec20]
                                       [--quotas | --only-quotas | --estimates |
@@ -52,8 +54,11 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -61,6 +66,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from timed_sim import alibaba_slice  # noqa: E402
 
+from solver import reserve  # noqa: E402
 from solver.simulate.generate import generate  # noqa: E402
 from solver.simulate.timed import TimedConfig, TimedResult, simulate_timed  # noqa: E402
 from solver.simulate.timed_scenario import Scenario  # noqa: E402
@@ -83,6 +89,9 @@ class Row:
     sigma: float = 0.0  # and log-normal noise of this spread (TimedConfig.estimate_sigma)
     learned: bool = False  # run times learned from finished pods (policy learned_runtimes)
     keep: bool = False  # policy reservations.keep: a reservation keeps its gang's place
+    # an experiment, not a policy: every reservation's start planned exactly, as keep's are,
+    # without keeping (solver/reserve.py plans the default's on a spread of MAX_STARTS ends)
+    exact: bool = False
 
 
 ROWS = (Row("cpsat", "cpsat", True), Row("cpsat-norecords", "cpsat", True, records=False),
@@ -111,7 +120,8 @@ LEARNED_ROWS = (Row("cpsat-nodeadlines", "cpsat", False),
 #: The rows of ``--keep``: reservations kept until their gangs start, against the default
 #: (planned afresh every window) and best-fit.
 KEEP_ROWS = (Row("cpsat", "cpsat", True), Row("cpsat-keep", "cpsat", True, keep=True),
-             Row("bestfit", "bestfit", False))
+             Row("bestfit", "bestfit", False),
+             Row("cpsat-exact (experiment)", "cpsat", True, exact=True))
 
 
 def split_by_weight(total: int, weights: dict[str, float]) -> dict[str, int]:
@@ -182,6 +192,24 @@ def figures(r: TimedResult) -> dict[str, float]:
             "reclaimed": r.reclaimed}
 
 
+@contextmanager
+def exact_starts(on: bool) -> Iterator[None]:
+    """The ``exact`` rows' experiment: every reservation's start planned exactly."""
+    if not on:
+        yield
+        return
+    planned = reserve._earliest
+
+    def exact(*args: Any, **kwargs: Any) -> Any:
+        return planned(*args, **{**kwargs, "exact": True})
+
+    reserve._earliest = exact
+    try:
+        yield
+    finally:
+        reserve._earliest = planned
+
+
 def run(scenario: Scenario, seed: int, factor: float, limit: float,
         rows: tuple[Row, ...] = ROWS, learned_min: int | None = None
         ) -> dict[str, dict[str, float]]:
@@ -196,7 +224,8 @@ def run(scenario: Scenario, seed: int, factor: float, limit: float,
             seen = with_learned(seen, learned_min)
         if row.keep:
             seen = with_keep(seen)
-        out[row.label] = figures(simulate_timed(seen, cfg))
+        with exact_starts(row.exact):
+            out[row.label] = figures(simulate_timed(seen, cfg))
         print(f"  {row.label:<18} {time.perf_counter() - t0:6.1f} s", file=sys.stderr)
     return out
 

@@ -174,8 +174,10 @@ FIELD_DOCS: dict[str, str] = {
     "Reservations.keep": (
         "A gang given a reservation keeps its place ahead of the queue until it starts: it "
         "ranks at least as high as every gang of its priority or lower, so only a gang of a "
-        "higher priority class may push its start back. Off: every window plans afresh, and "
-        "a more urgent gang may take the reservation (docs/reservations.md, "
+        "higher priority class may push its start back; and its start is planned among "
+        "every running pod's expected end, not a spread of 32 of them, so it is exact. Off: "
+        "every window plans afresh, and a more urgent gang may take the reservation "
+        "(docs/reservations.md, "
         "\"Keeping reservations\")."),
     "SolverSettings.reclaim": "A tenant whose waiting gang fits within its own quota takes "
     "GPUs back from tenants running on borrowed quota: whole gangs evicted through the "

@@ -179,3 +179,48 @@ def test_a_jobs_deadline_shows_on_its_released_pod_and_never_lets_it_backfill(
                           and _waiting(p).reason == "HeldForReservation",
                           timeout=30, what="the short Job's pod to be told its room is held")
         assert "(this one has no deadline of its own)" in _waiting(held).message
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["keep", "replan"])
+def test_a_kept_reservation_keeps_its_place_ahead_of_a_later_gang_that_ranks_higher(
+    cluster: E2ECluster, tenant_namespaces: dict[str, str], tmp_path: Path, a100_node: str,
+    keep: bool,
+) -> None:
+    # one reservation at a time; a later gang with a short deadline gains the short-run bonus
+    # and ranks above the reserved one. Re-planned afresh every window (the default) it takes
+    # the reservation; with solver.reservations.keep the first gang keeps it
+    def policy(doc: dict[str, Any]) -> None:
+        _policy(doc)
+        doc["solver"]["reservations"]["keep"] = keep
+
+    ns = tenant_namespaces["team-a"]
+    core = cluster.core
+    with berth_webhook(cluster, tmp_path / "berth", tenant_namespaces, serve=True,
+                       edit_policy=policy) as hook:
+        core.create_namespaced_pod(ns, _pod("holder", 4, 3600))
+        eventually(lambda: core.read_namespaced_pod("holder", ns),
+                   lambda p: p.status.phase == "Running", timeout=90, what="holder to run")
+        core.create_namespaced_pod(ns, _pod("big", 8, None))
+        try:
+            eventually(lambda: core.read_namespaced_pod("big", ns),
+                       lambda p: _waiting(p) is not None and _waiting(p).reason == "Reserved",
+                       timeout=60, what="big to be told of its reservation")
+        except AssertionError as exc:
+            log = "\n".join(hook.log.read_text(errors="replace").splitlines()[-30:])
+            raise AssertionError(f"{exc}\n--- berth serve log:\n{log}") from None
+        # 6 GPUs do not fit beside the holder either; a deadline of 600 s is worth 0.83 of
+        # a priority point, far more than big's few seconds of aging
+        core.create_namespaced_pod(ns, _pod("later", 6, 600))
+        first, second = ("big", "later") if keep else ("later", "big")
+        eventually(lambda: core.read_namespaced_pod(first, ns),
+                   lambda p: _waiting(p) is not None and _waiting(p).reason == "Reserved",
+                   timeout=30, what=f"{first} to hold the reservation")
+        other = eventually(lambda: core.read_namespaced_pod(second, ns),
+                           lambda p: _waiting(p) is not None and _waiting(p).reason == "Deferred",
+                           timeout=30, what=f"{second} to wait without one")
+        assert _waiting(other).message.endswith("; 1 gang ahead"), _waiting(other).message
+        time.sleep(6)  # four more windows: nothing moves
+        assert _waiting(core.read_namespaced_pod(first, ns)).reason == "Reserved"
+        assert _waiting(core.read_namespaced_pod(second, ns)).reason == "Deferred"
+        assert berth_gated(core.read_namespaced_pod("big", ns))
+        assert berth_gated(core.read_namespaced_pod("later", ns))

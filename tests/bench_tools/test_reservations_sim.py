@@ -67,3 +67,33 @@ def test_keeping_reaches_the_replayed_policy(sim: ModuleType) -> None:
     assert not sc.policy.reservations.keep
     assert sim.with_keep(sc).policy.reservations.keep
     assert [r.label for r in sim.KEEP_ROWS if r.keep] == ["cpsat-keep"]
+
+
+def test_the_exact_starts_experiment_plans_every_start_exactly_and_then_restores(
+        sim: ModuleType) -> None:
+    from solver import reserve
+    from solver.types import GPU, Gang, GpuShare, Node, PodRequest, Running, Snapshot, Tenant
+
+    # 40 one-GPU pods ending 10 s apart; a 3-GPU gang fits after the third end (30 s), which
+    # the spread of MAX_STARTS ends skips (it plans 40 s)
+    wide = Node(name="n0", cpu_milli=640000, memory_mib=5120000,
+                gpus=tuple(GPU(i, "A100", 80000) for i in range(40)))
+    snap = Snapshot(nodes=(wide,), tenants=(Tenant("t"),), gangs=(Gang(
+        name="g", tenant="t", wait_seconds=1000.0, pods=(PodRequest(
+            name="g-0", cpu_milli=1000, memory_mib=1000, gpu_count=3, gpu_milli=1000),)),),
+        running=tuple(Running(name=f"r{i}", node="n0", cpu_milli=1000, memory_mib=1000,
+                              gpus=(GpuShare(i, 1000),), tenant="t", remaining_s=10.0 * (i + 1))
+                      for i in range(40)))
+
+    def start() -> float:
+        (held,) = reserve.plan_reservations(snap)
+        return held.reservation.start_in_s
+
+    planned = reserve._earliest
+    assert start() == 40.0
+    with sim.exact_starts(True):
+        assert start() == 30.0
+    assert start() == 40.0 and reserve._earliest is planned
+    with sim.exact_starts(False):
+        assert start() == 40.0
+    assert [r.label for r in sim.KEEP_ROWS if r.exact] == ["cpsat-exact (experiment)"]
