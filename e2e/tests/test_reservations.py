@@ -63,6 +63,22 @@ def _waiting(pod: Any) -> Any:
     return None
 
 
+def _reserved_big(core: Any, ns: str, hook: Any) -> Any:
+    """Half the A100 node for at most an hour ("holder"), and a gang that needs all of it
+    ("big"), once it is told of its reservation (the serve log on failure)."""
+    core.create_namespaced_pod(ns, _pod("holder", 4, 3600))
+    eventually(lambda: core.read_namespaced_pod("holder", ns),
+               lambda p: p.status.phase == "Running", timeout=90, what="holder to run")
+    core.create_namespaced_pod(ns, _pod("big", 8, None))
+    try:
+        return eventually(lambda: core.read_namespaced_pod("big", ns),
+                          lambda p: _waiting(p) is not None and _waiting(p).reason == "Reserved",
+                          timeout=60, what="big to be told of its reservation")
+    except AssertionError as exc:
+        log = "\n".join(hook.log.read_text(errors="replace").splitlines()[-30:])
+        raise AssertionError(f"{exc}\n--- berth serve log:\n{log}") from None
+
+
 def test_a_gang_that_cannot_fit_is_reserved_and_only_a_short_pod_backfills(
     cluster: E2ECluster, tenant_namespaces: dict[str, str], tmp_path: Path, a100_node: str,
 ) -> None:
@@ -70,19 +86,7 @@ def test_a_gang_that_cannot_fit_is_reserved_and_only_a_short_pod_backfills(
     core = cluster.core
     with berth_webhook(cluster, tmp_path / "berth", tenant_namespaces, serve=True,
                        edit_policy=_policy) as hook:
-        # half the node, for at most an hour
-        core.create_namespaced_pod(ns, _pod("holder", 4, 3600))
-        eventually(lambda: core.read_namespaced_pod("holder", ns),
-                   lambda p: p.status.phase == "Running", timeout=90, what="holder to run")
-        core.create_namespaced_pod(ns, _pod("big", 8, None))
-        try:
-            big = eventually(lambda: core.read_namespaced_pod("big", ns),
-                             lambda p: _waiting(p) is not None
-                             and _waiting(p).reason == "Reserved",
-                             timeout=60, what="big to be told of its reservation")
-        except AssertionError as exc:
-            log = "\n".join(hook.log.read_text(errors="replace").splitlines()[-30:])
-            raise AssertionError(f"{exc}\n--- berth serve log:\n{log}") from None
+        big = _reserved_big(core, ns, hook)
         message = _waiting(big).message
         assert message.startswith("waiting: reserved: expected to start at "), message
         assert a100_node in message
@@ -153,14 +157,7 @@ def test_a_jobs_deadline_shows_on_its_released_pod_and_never_lets_it_backfill(
         eventually(lambda: core.read_namespaced_pod(timed.metadata.name, ns),
                    lambda p: p.status.phase == "Succeeded", timeout=60,
                    what="kwok to complete the timed Job's pod")
-        # half the node for at most an hour, and a gang that needs all of it: reserved
-        core.create_namespaced_pod(ns, _pod("holder", 4, 3600))
-        eventually(lambda: core.read_namespaced_pod("holder", ns),
-                   lambda p: p.status.phase == "Running", timeout=90, what="holder to run")
-        core.create_namespaced_pod(ns, _pod("big", 8, None))
-        eventually(lambda: core.read_namespaced_pod("big", ns),
-                   lambda p: _waiting(p) is not None and _waiting(p).reason == "Reserved",
-                   timeout=60, what="big to be told of its reservation")
+        _reserved_big(core, ns, hook)
         # a Job's deadline can be raised after the fact, so its pod never backfills on it; a
         # pod's own deadline cannot, so that pod does
         batch.create_namespaced_job(ns, _job("short-job", 1, 600))
@@ -197,17 +194,7 @@ def test_a_kept_reservation_keeps_its_place_ahead_of_a_later_gang_that_ranks_hig
     core = cluster.core
     with berth_webhook(cluster, tmp_path / "berth", tenant_namespaces, serve=True,
                        edit_policy=policy) as hook:
-        core.create_namespaced_pod(ns, _pod("holder", 4, 3600))
-        eventually(lambda: core.read_namespaced_pod("holder", ns),
-                   lambda p: p.status.phase == "Running", timeout=90, what="holder to run")
-        core.create_namespaced_pod(ns, _pod("big", 8, None))
-        try:
-            eventually(lambda: core.read_namespaced_pod("big", ns),
-                       lambda p: _waiting(p) is not None and _waiting(p).reason == "Reserved",
-                       timeout=60, what="big to be told of its reservation")
-        except AssertionError as exc:
-            log = "\n".join(hook.log.read_text(errors="replace").splitlines()[-30:])
-            raise AssertionError(f"{exc}\n--- berth serve log:\n{log}") from None
+        _reserved_big(core, ns, hook)
         # 6 GPUs do not fit beside the holder either; a deadline of 600 s is worth 0.83 of
         # a priority point, far more than big's few seconds of aging
         core.create_namespaced_pod(ns, _pod("later", 6, 600))
